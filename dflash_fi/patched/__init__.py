@@ -1,0 +1,48 @@
+"""Import hook: `import dflash_fi.patched.stepN` builds vLLM 0.22.1's flashinfer.py with step N's hunks.
+
+A real module in `sys.modules`, under a real name, with its source in `linecache`: vLLM resolves its
+classes by qualified name in every process, tracebacks show the patched lines, and
+`inspect.getsource(module.FlashInferMetadataBuilder.build)` shows the code vLLM actually runs.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import linecache
+import re
+import sys
+
+_NAME = re.compile(rf"^{re.escape(__name__)}\.step([1-9][0-9]*)$")
+
+
+class _PatchedFlashInferLoader(importlib.abc.Loader):
+    def __init__(self, step: int):
+        self.step = step
+
+    def get_source(self, fullname: str) -> str:
+        from dflash_fi.steps import patched_source
+
+        return patched_source(self.step)
+
+    def exec_module(self, module) -> None:
+        source = self.get_source(module.__name__)
+        filename = f"<vllm 0.22.1 flashinfer.py + dflash-fi step {self.step}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        module.__file__ = filename
+        exec(compile(source, filename, "exec"), module.__dict__)
+
+
+class _PatchedFlashInferFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        match = _NAME.match(fullname)
+        if match is None:
+            return None
+        from dflash_fi.steps import check_step
+
+        step = check_step(match.group(1))
+        return importlib.machinery.ModuleSpec(fullname, _PatchedFlashInferLoader(step), origin="dflash-fi")
+
+
+if not any(isinstance(f, _PatchedFlashInferFinder) for f in sys.meta_path):
+    sys.meta_path.append(_PatchedFlashInferFinder())
