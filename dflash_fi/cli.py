@@ -61,6 +61,62 @@ def _run(args) -> int:
     return 0
 
 
+def _selector_matrix(args) -> int:
+    from dflash_fi.selector_matrix import feature_table, render_matrix, selector_matrix
+
+    rows = selector_matrix()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(render_matrix(rows))
+    for step in (0, 4):
+        print(f"\nvLLM attention-backend feature table, Non-Causal column (step {step}):\n{feature_table(step)}")
+    return 0
+
+
+def _routing(args) -> int:
+    from dflash_fi.routing import routing_report
+
+    report = routing_report(args.step, trtllm=args.trtllm)
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+        return 0
+    print(format_routing(report))
+    return 0
+
+
+def format_routing(report: dict) -> str:
+    lines = [f"step {report['step']}, SM {report['capability']}, TRTLLM "
+             f"{'available (forced)' if report['trtllm_available'] else 'not available'}"]
+    for b in report["batches"]:
+        if "error" in b:
+            lines.append(f"  {b['batch']:<40} {b['error']}")
+            continue
+        paths = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
+        plan = "" if b["plan_causal"] is None else f", plan(causal={b['plan_causal']})"
+        check = f", DFlash check {b['dflash_check']}" if "dflash_check" in b else ""
+        lines.append(f"  {b['batch']:<40} {b['num_decodes']}D/{b['num_prefills']}P via {paths}{plan}, "
+                     f"metadata.causal={b['metadata_causal']}{check}")
+    for w in report["dflash_warnings"]:
+        lines.append(f"  warning (logged once): {w}")
+    return "\n".join(lines)
+
+
+def _walkthrough(args) -> int:
+    from dflash_fi.walkthrough import main as walkthrough
+
+    return walkthrough(num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
+
+
+def _report(args) -> int:
+    from dflash_fi.notebook import recorded_walkthrough, render_table
+
+    records, provenance = recorded_walkthrough()
+    print(f"<!-- {provenance} -->")
+    print(render_table(records))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dflash_fi.evaluate import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_TARGET
 
@@ -101,6 +157,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-ledger", action="store_true", help="do not append the record to runs/")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_run)
+
+    p = sub.add_parser("selector-matrix", help="vLLM's backend choice per step x GPU x KV dtype x role")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_selector_matrix)
+
+    p = sub.add_parser("routing", help="what the real FlashInferMetadataBuilder.build() does with DFlash and target batches")
+    p.add_argument("--step", default="4")
+    p.add_argument("--trtllm", action="store_true", help="TRTLLM attention available (as on Blackwell, SM 10.0)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_routing)
+
+    p = sub.add_parser("walkthrough", help="the main job: every step, run and checked (GPU parts when a GPU exists)")
+    p.add_argument("--prompts", type=int, default=32)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.set_defaults(func=_walkthrough)
+
+    p = sub.add_parser("report", help="the last GPU walkthrough recorded under runs/, as a markdown table")
+    p.set_defaults(func=_report)
     return parser
 
 

@@ -4,4 +4,4 @@ from dflash_fi.stack import NoGpu, StackMismatch
 from dflash_fi.steps import UnknownStep
 from dflash_fi.steps.patching import PatchError
 
-EXPECTED_ERRORS = (NoGpu, StackMismatch, UnknownStep, PatchError, FileNotFoundError, ValueError)
+EXPECTED_ERRORS = (LookupError, NoGpu, StackMismatch, UnknownStep, PatchError, FileNotFoundError, ValueError)

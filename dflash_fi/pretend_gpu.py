@@ -57,9 +57,11 @@ def _import_cuda_platform():
 def _clear_platform_caches() -> None:
     from vllm.platforms import cuda
     from vllm.utils import flashinfer as fi_utils
+    from vllm.utils import platform_utils
     from vllm.v1.attention import selector
 
     cuda._get_backend_priorities.cache_clear()
+    platform_utils.is_pin_memory_available.cache_clear()
     selector._cached_get_attn_backend.cache_clear()
     fi_utils.supports_trtllm_attention.cache_clear()
 
@@ -83,6 +85,9 @@ def pretend_gpu(capability: tuple[int, int], trtllm: bool = False):
         {
             "get_device_capability": classmethod(lambda cls, device_id=0: DeviceCapability(major, minor)),
             "get_device_name": classmethod(lambda cls, device_id=0: GPU_NAMES.get(capability, "pretended GPU")),
+            # Pinned host memory needs the CUDA driver; builders then use ordinary CPU tensors.
+            "is_pin_memory_available": classmethod(lambda cls: cuda_platform.is_pin_memory_available()
+                                                   if _cuda_driver_present() else False),
         },
     )
     platform = platforms.current_platform

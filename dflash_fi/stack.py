@@ -75,8 +75,18 @@ def require_gpu(what: str) -> Gpu:
     return gpu
 
 
+COMMIT_ENV = "DFLASH_FI_GIT_COMMIT"
+
+
 def git_commit(repo: Path | None = None) -> str | None:
-    """HEAD of the checkout this package runs from, with '+dirty' when it has local changes."""
+    """HEAD of the checkout this package runs from, with '+dirty' when it has local changes.
+
+    A copy of the tree without .git (the GPU machine gets one) is named by DFLASH_FI_GIT_COMMIT instead.
+    """
+    import os
+
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
     repo = repo or Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(

@@ -35,7 +35,7 @@ TARGET_DIMS = Qwen3Dims(
     num_attention_heads=4, num_key_value_heads=2, head_dim=128,
 )
 DRAFTER_DIMS = Qwen3Dims(
-    vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+    vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, head_dim=128,
     mask_token_id=MASK_ID, target_layer_ids=[1, 3],
 )
@@ -52,10 +52,10 @@ class TrainConfig:
     gen_sequences: int = 4096
     gen_prompt_len: int = 64
     gen_batch: int = 1024
-    drafter_steps: int = 2000
+    drafter_steps: int = 5000
     drafter_batch: int = 32
-    anchors_per_seq: int = 24
-    drafter_lr: float = 2e-3
+    anchors_per_seq: int = 32
+    drafter_lr: float = 3e-3
     eval_prompts: int = 32
     eval_new_tokens: int = 128
     held_out_every: int = 20  # 1 file in 20 (5%) is held out

@@ -27,7 +27,8 @@ class _PatchedFlashInferLoader(importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         source = self.get_source(module.__name__)
-        filename = f"<vllm 0.22.1 flashinfer.py + dflash-fi step {self.step}>"
+        # Not a path on disk: linecache asks this loader's get_source() for traceback lines.
+        filename = f"vllm-0.22.1/v1/attention/backends/flashinfer.py+dflash-fi-step{self.step}"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         module.__file__ = filename
         exec(compile(source, filename, "exec"), module.__dict__)
