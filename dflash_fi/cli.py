@@ -50,7 +50,7 @@ def _run(args) -> int:
         step=args.step, draft_backend=args.draft_backend, kv_cache_dtype=args.kv_cache_dtype,
         speculative=args.speculative, target=args.target, drafter=args.drafter,
         prompts_file=args.prompts_file, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-        enforce_eager=not args.cuda_graphs,
+        enforce_eager=not args.cuda_graphs, gpu_memory_utilization=args.gpu_memory_utilization,
     ).validate()
     gpu = require_gpu("dflash-fi run")
     record = run(spec)
@@ -117,6 +117,13 @@ def _report(args) -> int:
     return 0
 
 
+def _model_card(args) -> int:
+    from dflash_fi.model_card import write_model_card
+
+    print(write_model_card())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dflash_fi.evaluate import DEFAULT_DRAFTER, DEFAULT_PROMPTS, DEFAULT_TARGET
 
@@ -153,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.4, help="raise for real models, e.g. 0.85")
     p.add_argument("--label", default=None)
     p.add_argument("--no-ledger", action="store_true", help="do not append the record to runs/")
     p.add_argument("--json", action="store_true")
@@ -172,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=int, default=32)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.set_defaults(func=_walkthrough)
+
+    p = sub.add_parser("model-card", help="regenerate the embedded pair's MODEL_CARD.md (runs the CPU reference)")
+    p.set_defaults(func=_model_card)
 
     p = sub.add_parser("report", help="the last GPU walkthrough recorded under runs/, as a markdown table")
     p.set_defaults(func=_report)

@@ -10,6 +10,7 @@ import json
 import sys
 import time
 import traceback
+from pathlib import Path
 
 
 def _attention_backends(worker) -> dict[str, str]:
@@ -70,14 +71,17 @@ def main(spec_path: str, result_path: str) -> int:
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 
-        from dflash_fi.evaluate import load_prompts
+        from dflash_fi.evaluate import DEFAULT_TARGET, load_prompts
         from dflash_fi.tokenizer import prompt_ids
 
-        prompts = [prompt_ids(p) for p in load_prompts(spec["prompts_file"], spec["num_prompts"])]
+        texts = load_prompts(spec["prompts_file"], spec["num_prompts"])
+        embedded = Path(spec["target"]).resolve() == DEFAULT_TARGET.resolve()
+        # The embedded byte-level pair sees prompts exactly as in training; other models tokenize text.
+        prompts = [TokensPrompt(prompt_token_ids=prompt_ids(t)) if embedded else t for t in texts]
         kwargs = dict(
             model=spec["target"], tokenizer=spec["target"], dtype="bfloat16", seed=0,
             enforce_eager=spec["enforce_eager"], kv_cache_dtype=spec["kv_cache_dtype"],
-            max_model_len=1024, gpu_memory_utilization=0.4, disable_log_stats=False,
+            max_model_len=1024, gpu_memory_utilization=spec.get("gpu_memory_utilization", 0.4), disable_log_stats=False,
         )
         if spec["speculative"]:
             kwargs["speculative_config"] = {
@@ -97,7 +101,7 @@ def main(spec_path: str, result_path: str) -> int:
         stage = "generation"
         params = SamplingParams(temperature=0.0, max_tokens=spec["max_new_tokens"], ignore_eos=True)
         t0 = time.time()
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        outputs = llm.generate(prompts, params, use_tqdm=False)
         seconds = time.time() - t0
         tokens = [list(o.outputs[0].token_ids) for o in outputs]
         result.update({

@@ -35,12 +35,12 @@ def load_prompts(path: Path = DEFAULT_PROMPTS, n: int | None = None) -> list[str
     return prompts
 
 
+@torch.inference_mode()
 def evaluate_pair(
     target_dir: Path, drafter_dir: Path, prompts: list[str], new_tokens: int, device: str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> dict:
     t0 = time.time()
-    torch.set_grad_enabled(False)
     target, drafter = load_pair(target_dir, drafter_dir, dtype=dtype, device=device)
     ids = [prompt_ids(p) for p in prompts]
     greedy = [greedy_generate(target, x, new_tokens) for x in ids]

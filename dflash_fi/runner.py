@@ -38,6 +38,7 @@ class RunSpec:
     max_new_tokens: int = 128
     enforce_eager: bool = True
     num_speculative_tokens: int = 15
+    gpu_memory_utilization: float = 0.4  # tiny embedded pair; raise it for real models
     timeout_s: int = 420
     extra: dict = field(default_factory=dict)
 
