@@ -97,12 +97,23 @@ def pretend_gpu(capability: tuple[int, int], trtllm: bool = False):
     if trtllm:
         fi_utils.supports_trtllm_attention = _trtllm_available
     _clear_platform_caches()
+    _refresh_import_time_platform_branches()
     try:
         yield platform
     finally:
         platform.__class__ = saved_class
         fi_utils.supports_trtllm_attention = saved_trtllm
         _clear_platform_caches()
+
+
+def _refresh_import_time_platform_branches() -> None:
+    """fa_utils picks its FlashAttention functions by platform when first imported. Imported earlier
+    without a (pretended) GPU, it lacks them, and every backend importing them would fail to import."""
+    import importlib
+
+    fa_utils = sys.modules.get("vllm.v1.attention.backends.fa_utils")
+    if fa_utils is not None and not hasattr(fa_utils, "flash_attn_varlen_func"):
+        importlib.reload(fa_utils)
 
 
 def _trtllm_available() -> bool:
