@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # every expected failure surfaces as one clear line
-        from dflash_fi.patching_errors import EXPECTED_ERRORS
+        from dflash_fi.errors import EXPECTED_ERRORS
 
         if isinstance(exc, EXPECTED_ERRORS):
             print(f"dflash-fi {args.command}: {exc}", file=sys.stderr)
