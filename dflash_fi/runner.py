@@ -54,9 +54,10 @@ class RunSpec:
             value = getattr(self, name)
             if Path(value).exists() and not (Path(value) / "config.json").is_file():
                 raise FileNotFoundError(f"{name} {value} has no config.json: not an HF model directory")
-            if not Path(value).exists() and "/" not in value:
+            looks_local = value.startswith(("/", ".", "~")) or value.count("/") != 1
+            if not Path(value).exists() and looks_local:
                 raise FileNotFoundError(
-                    f"{name} {value!r} is neither a local directory nor a hub id (owner/name)"
+                    f"{name} {value!r} is neither an existing model directory nor a hub id (owner/name)"
                 )
         if self.max_new_tokens < 1 or self.num_prompts < 1:
             raise ValueError("--prompts and --max-new-tokens must be at least 1")

@@ -121,3 +121,14 @@ def test_property_step4_non_causal_never_decode_trtllm_or_cascade(labs, requests
     ours, theirs = step4.route(target), stock.route(target)
     assert ours.pop("metadata_causal") is True and theirs.pop("metadata_causal") == "absent"
     assert ours == theirs
+
+
+def test_routing_cli_prints_clean_json():
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "dflash_fi.cli", "routing", "--step", "4", "--trtllm", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    report = json.loads(out)  # vLLM's own logging goes to stderr
+    assert report["capability"] == "10.0" and len(report["dflash_warnings"]) == 1
