@@ -75,7 +75,7 @@ def _selector_matrix(args) -> int:
 
 
 def _routing(args) -> int:
-    from dflash_fi.routing import routing_report
+    from dflash_fi.routing import format_routing, routing_report
 
     report = routing_report(args.step, trtllm=args.trtllm)
     if args.json:
@@ -83,23 +83,6 @@ def _routing(args) -> int:
         return 0
     print(format_routing(report))
     return 0
-
-
-def format_routing(report: dict) -> str:
-    lines = [f"step {report['step']}, SM {report['capability']}, TRTLLM "
-             f"{'available (forced)' if report['trtllm_available'] else 'not available'}"]
-    for b in report["batches"]:
-        if "error" in b:
-            lines.append(f"  {b['batch']:<40} {b['error']}")
-            continue
-        paths = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
-        plan = "" if b["plan_causal"] is None else f", plan(causal={b['plan_causal']})"
-        check = f", DFlash check {b['dflash_check']}" if "dflash_check" in b else ""
-        lines.append(f"  {b['batch']:<40} {b['num_decodes']}D/{b['num_prefills']}P via {paths}{plan}, "
-                     f"metadata.causal={b['metadata_causal']}{check}")
-    for w in report["dflash_warnings"]:
-        lines.append(f"  warning (logged once): {w}")
-    return "\n".join(lines)
 
 
 def _walkthrough(args) -> int:

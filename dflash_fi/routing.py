@@ -259,3 +259,20 @@ def routing_report(step: int | str, trtllm: bool = False, capability=None, kv_ca
         warnings = [m for m in lab.warnings.messages if "non-causal" in m or "DFlash" in m]
     return {"step": step, "capability": ".".join(map(str, capability)), "trtllm_available": trtllm,
             "kv_cache_dtype": kv_cache_dtype, "batches": rows, "dflash_warnings": warnings}
+
+
+def format_routing(report: dict) -> str:
+    lines = [f"step {report['step']}, SM {report['capability']}, TRTLLM "
+             f"{'available (forced)' if report['trtllm_available'] else 'not available'}"]
+    for b in report["batches"]:
+        if "error" in b:
+            lines.append(f"  {b['batch']:<40} {b['error']}")
+            continue
+        paths = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
+        plan = "" if b["plan_causal"] is None else f", plan(causal={b['plan_causal']})"
+        check = f", DFlash check {b['dflash_check']}" if "dflash_check" in b else ""
+        lines.append(f"  {b['batch']:<40} {b['num_decodes']}D/{b['num_prefills']}P via {paths}{plan}, "
+                     f"metadata.causal={b['metadata_causal']}{check}")
+    for w in report["dflash_warnings"]:
+        lines.append(f"  warning (logged once): {w}")
+    return "\n".join(lines)

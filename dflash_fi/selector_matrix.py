@@ -82,10 +82,8 @@ def feature_table(step: int) -> str:
     """The 'Non-Causal' column of vLLM's attention-backend feature table, from the live classes."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    from dflash_fi.pretend_gpu import pretend_gpu as pretend
-
     lines = ["| Backend | Non-Causal |", "|---|---|"]
-    with flashinfer_is_step(step), pretend((9, 0)):
+    with flashinfer_is_step(step), pretend_gpu((9, 0)):
         for backend in AttentionBackendEnum:
             if "MLA" in backend.name or backend.name in ("CUSTOM",):
                 continue

@@ -183,11 +183,10 @@ def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, 
 
 
 def main(num_prompts: int = 32, max_new_tokens: int = 128) -> int:
-    from dflash_fi.cli import format_routing
     from dflash_fi.evaluate import (DEFAULT_DRAFTER, DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS, DEFAULT_TARGET,
                                     evaluate_pair, load_prompts)
     from dflash_fi.ledger import all_records
-    from dflash_fi.routing import routing_report
+    from dflash_fi.routing import format_routing, routing_report
     from dflash_fi.selector_matrix import render_matrix, selector_matrix
     from dflash_fi.stack import cuda_gpu, doctor, require_pinned_stack
 
