@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -17,7 +18,21 @@ def _doctor(args) -> int:
 def _train(args) -> int:
     from dflash_fi.train import train
 
-    train(Path(args.out), smoke=args.smoke, device=args.device)
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"dflash-fi train: --set takes KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    if args.target_from and not Path(args.target_from, "target", "config.json").is_file():
+        raise SystemExit(f"dflash-fi train: --target-from {args.target_from} holds no target/config.json "
+                         "(give the directory of an earlier `dflash-fi train`, e.g. dflash_fi/models)")
+    try:
+        train(Path(args.out), smoke=args.smoke, device=args.device, overrides=overrides,
+              target_from=args.target_from and Path(args.target_from),
+              command=shlex.join(["dflash-fi", *sys.argv[1:]]))
+    except (ValueError, FileNotFoundError) as e:
+        raise SystemExit(f"dflash-fi train: {e}") from None
     return 0
 
 
@@ -121,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="dflash_fi/models", help="output directory (default: the embedded pair)")
     p.add_argument("--smoke", action="store_true", help="seconds on a CPU: every stage, nothing useful")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="change one training setting (a TrainConfig field), e.g. drafter_steps=8000; repeatable")
+    p.add_argument("--target-from", default=None, metavar="DIR",
+                   help="reuse the target of an earlier pair in DIR and train only the drafter")
     p.set_defaults(func=_train)
 
     p = sub.add_parser("reference", help="the reference decoder's tau (non-causal and causal) on held-out prompts")

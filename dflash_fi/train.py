@@ -8,6 +8,9 @@
 4. Drafter: `DFlashDraftModel` trained with random anchors, strict context (keys before the anchor),
    non-causal block attention, and cross-entropy on block positions 1..15 weighted exp(-(k-1)/7).
 5. Measured tau (reference decoder, held-out prompts) goes into the model card.
+
+`--target-from DIR` reuses the target of an earlier pair (its weights, prompts and training record) and
+trains only the drafter: a drafter recipe can be changed without retraining the target.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import json
 import math
 import platform
 import sysconfig
+import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -33,11 +37,6 @@ from dflash_fi.tokenizer import DOC_ID, MASK_ID, VOCAB_SIZE, write_hf_tokenizer
 TARGET_DIMS = Qwen3Dims(
     vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
     num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-)
-DRAFTER_DIMS = Qwen3Dims(
-    vocab_size=VOCAB_SIZE, hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-    mask_token_id=MASK_ID, target_layer_ids=[1, 3],
 )
 LOSS_DECAY = 7.0
 
@@ -56,6 +55,8 @@ class TrainConfig:
     drafter_batch: int = 32
     anchors_per_seq: int = 32
     drafter_lr: float = 3e-3
+    drafter_intermediate_size: int = 1024
+    target_layer_ids: tuple[int, ...] = (1, 3)  # vLLM's ids: output of target layer i
     eval_prompts: int = 32
     eval_new_tokens: int = 128
     held_out_every: int = 20  # 1 file in 20 (5%) is held out
@@ -66,6 +67,36 @@ class TrainConfig:
         return cls(seq_len=64, target_steps=3, target_batch=2, gen_sequences=4, gen_prompt_len=16,
                    gen_batch=4, drafter_steps=3, drafter_batch=2, anchors_per_seq=2,
                    eval_prompts=2, eval_new_tokens=20)
+
+    def with_overrides(self, overrides: dict[str, str]) -> "TrainConfig":
+        """A copy with fields set from strings (`--set drafter_steps=8000 --set target_layer_ids=0,3`)."""
+        types = {f.name: f.type for f in fields(self)}
+        values = asdict(self)
+        for key, text in overrides.items():
+            if key not in types:
+                raise ValueError(f"unknown training setting {key!r}; settings: {', '.join(types)}")
+            kind = types[key]
+            try:
+                if kind.startswith("tuple"):
+                    values[key] = tuple(int(v) for v in text.split(",") if v.strip())
+                else:
+                    values[key] = {"int": int, "float": float}[kind](text)
+            except ValueError:
+                raise ValueError(f"--set {key}={text}: {key} must be {kind}") from None
+        return type(self)(**values)
+
+
+def drafter_dims(cfg: TrainConfig) -> Qwen3Dims:
+    """Same heads and head_dim as the target (vLLM needs equal KV page sizes), hidden size shared."""
+    if not cfg.target_layer_ids or not all(0 <= i < TARGET_DIMS.num_hidden_layers for i in cfg.target_layer_ids):
+        raise ValueError(f"target_layer_ids {cfg.target_layer_ids}: ids of target layers "
+                         f"0..{TARGET_DIMS.num_hidden_layers - 1}")
+    return Qwen3Dims(
+        vocab_size=VOCAB_SIZE, hidden_size=TARGET_DIMS.hidden_size,
+        intermediate_size=cfg.drafter_intermediate_size, num_hidden_layers=2,
+        num_attention_heads=TARGET_DIMS.num_attention_heads, num_key_value_heads=TARGET_DIMS.num_key_value_heads,
+        head_dim=TARGET_DIMS.head_dim, mask_token_id=MASK_ID, target_layer_ids=list(cfg.target_layer_ids),
+    )
 
 
 def stdlib_files() -> list[Path]:
@@ -168,7 +199,7 @@ def greedy_continuations(cfg, target, docs, device, dtype, log) -> torch.Tensor:
 
 def train_drafter(cfg, target, data, device, dtype, log) -> tuple[DFlashDrafter, list[float]]:
     gen = torch.Generator().manual_seed(cfg.seed + 3)
-    drafter = DFlashDrafter(DRAFTER_DIMS, TARGET_DIMS.hidden_size)
+    drafter = DFlashDrafter(drafter_dims(cfg), TARGET_DIMS.hidden_size)
     init_weights(drafter, seed=cfg.seed + 3)
     drafter.to(device)
     target.requires_grad_(False)
@@ -228,30 +259,77 @@ def _config_json(dims: Qwen3Dims, architecture: str, **extra) -> dict:
     return config
 
 
-def save_pair(out_dir: Path, target: Qwen3Target, drafter: DFlashDrafter) -> None:
+def save_target(out_dir: Path, target: Qwen3Target) -> None:
     from safetensors.torch import save_file
 
-    target_dir, drafter_dir = out_dir / "target", out_dir / "drafter"
+    target_dir = out_dir / "target"
     target_dir.mkdir(parents=True, exist_ok=True)
-    drafter_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in target.state_dict().items()},
               str(target_dir / "model.safetensors"), metadata={"format": "pt"})
     (target_dir / "config.json").write_text(json.dumps(_config_json(TARGET_DIMS, "Qwen3ForCausalLM"), indent=2) + "\n")
     (target_dir / "generation_config.json").write_text(json.dumps({"do_sample": False}) + "\n")
     write_hf_tokenizer(target_dir)
+
+
+def save_drafter(out_dir: Path, drafter: DFlashDrafter) -> None:
+    from safetensors.torch import save_file
+
+    drafter_dir = out_dir / "drafter"
+    drafter_dir.mkdir(parents=True, exist_ok=True)
     save_file({k: v.detach().to(torch.bfloat16).cpu().contiguous() for k, v in drafter.state_dict().items()},
               str(drafter_dir / "model.safetensors"), metadata={"format": "pt"})
     (drafter_dir / "config.json").write_text(json.dumps(_config_json(
-        DRAFTER_DIMS, "DFlashDraftModel",
-        dflash_config={"mask_token_id": MASK_ID, "target_layer_ids": DRAFTER_DIMS.target_layer_ids},
+        drafter.d, "DFlashDraftModel",
+        dflash_config={"mask_token_id": MASK_ID, "target_layer_ids": drafter.d.target_layer_ids},
         block_size=BLOCK_SIZE,
     ), indent=2) + "\n")
 
 
-def train(out_dir: Path, smoke: bool = False, device: str | None = None, max_files: int | None = None) -> dict:
-    from dflash_fi.evaluate import evaluate_pair
+TARGET_FIELDS = ("seed", "seq_len", "target_steps", "target_batch", "target_lr", "held_out_every")
 
-    cfg = TrainConfig.smoke() if smoke else TrainConfig()
+
+def reuse_target(source: Path, out_dir: Path, cfg: TrainConfig, device) -> tuple[Qwen3Target, dict]:
+    """The target of the pair in `source` (an earlier `dflash-fi train` output), copied into out_dir.
+
+    Returns the target in fp32 on `device` and the parts of the source's training record that describe it.
+    The target settings of `cfg` must be the ones it was trained with, or the record would describe another model.
+    """
+    from dflash_fi.reference.model import load_config
+
+    source = Path(source)
+    record_path = source / "training.json"
+    if not record_path.is_file() or not (source / "prompts.json").is_file():
+        raise FileNotFoundError(f"--target-from {source}: needs target/, prompts.json and training.json "
+                                "as `dflash-fi train` writes them")
+    record = json.loads(record_path.read_text())
+    if Qwen3Dims.from_config(load_config(source / "target")) != TARGET_DIMS:
+        raise ValueError(f"--target-from {source}: its target is not this recipe's architecture")
+    changed = [k for k in TARGET_FIELDS if record["config"].get(k) != getattr(cfg, k)]
+    if changed:
+        raise ValueError(f"--target-from {source}: trained with other target settings ({', '.join(changed)})")
+    if Path(out_dir).resolve() != source.resolve():
+        shutil.copytree(source / "target", Path(out_dir) / "target", dirs_exist_ok=True)
+        shutil.copy2(source / "prompts.json", Path(out_dir) / "prompts.json")
+    target = Qwen3Target(TARGET_DIMS)
+    from safetensors.torch import load_file
+
+    target.load_state_dict(load_file(str(source / "target" / "model.safetensors")))
+    weights = (source / "target" / "model.safetensors").read_bytes()
+    described = {k: record[k] for k in ("target_params", "target_loss")}
+    described["target_training"] = record.get("target_training") or {
+        k: record[k] for k in ("device", "python", "torch")} | {"seconds": record["seconds"]["target"]}
+    described["target_training"]["weights_sha256"] = hashlib.sha256(weights).hexdigest()
+    return target.float().to(device), described
+
+
+def train(out_dir: Path, smoke: bool = False, device: str | None = None, max_files: int | None = None,
+          overrides: dict[str, str] | None = None, target_from: Path | None = None,
+          command: str | None = None) -> dict:
+    from dflash_fi.evaluate import evaluate_pair
+    from dflash_fi.stack import git_commit
+
+    cfg = (TrainConfig.smoke() if smoke else TrainConfig()).with_overrides(overrides or {})
+    drafter_dims(cfg)  # bad drafter settings fail before any training
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(cfg.seed)
@@ -264,33 +342,48 @@ def train(out_dir: Path, smoke: bool = False, device: str | None = None, max_fil
         tqdm.write(msg)
 
     t0 = time.time()
+    device_name = torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu"
     train_docs, held = load_corpus(cfg, max_files=max_files)
-    prompts = held_out_prompts(held, 64 if not smoke else 4)
-    (out_dir / "prompts.json").write_text(json.dumps({
-        "source": f"held-out CPython {platform.python_version()} standard library files (1 in {cfg.held_out_every})",
-        "prompts": prompts,
-    }, indent=1) + "\n")
+    docs = [d for _, d in train_docs]
+    if target_from is not None:
+        target, target_record = reuse_target(Path(target_from), out_dir, cfg, dev)
+        log(f"target: reused from {target_from} (sha256 {target_record['target_training']['weights_sha256'][:12]})")
+    else:
+        prompts = held_out_prompts(held, 64 if not smoke else 4)
+        (out_dir / "prompts.json").write_text(json.dumps({
+            "source": f"held-out CPython {platform.python_version()} standard library files (1 in {cfg.held_out_every})",
+            "prompts": prompts,
+        }, indent=1) + "\n")
+        target, target_losses = train_target(cfg, docs, dev, dtype, log)
+        save_target(out_dir, target)
+        target_record = {
+            "target_params": param_count(target),
+            "target_loss": {"first": target_losses[0], "last50": sum(target_losses[-50:]) / len(target_losses[-50:])},
+            "target_training": {"device": device_name, "python": platform.python_version(), "torch": torch.__version__,
+                                "seconds": round(time.time() - t0, 1)},
+        }
+    prompts = json.loads((out_dir / "prompts.json").read_text())["prompts"]
     log(f"corpus: {len(train_docs)} training files ({sum(len(d) for _, d in train_docs)} bytes), "
         f"{len(held)} held out, {len(prompts)} prompts")
-    docs = [d for _, d in train_docs]
-    target, target_losses = train_target(cfg, docs, dev, dtype, log)
-    t_target = time.time() - t0
+    t_drafter = time.time()
     data = greedy_continuations(cfg, target, docs, dev, dtype, log)
     drafter, drafter_losses = train_drafter(cfg, target, data, dev, dtype, log)
-    t_total = time.time() - t0
-    save_pair(out_dir, target, drafter)
+    save_drafter(out_dir, drafter)
+    t_end = time.time()
     evaluation = evaluate_pair(out_dir / "target", out_dir / "drafter", prompts[:cfg.eval_prompts],
                                cfg.eval_new_tokens, device=str(dev))
     report = {
         "config": asdict(cfg),
-        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "overrides": dict(overrides or {}),
+        "command": command,
+        "git_commit": git_commit(),
+        "device": device_name,
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "target_params": param_count(target),
-        "drafter_params": param_count(drafter) ,
-        "target_loss": {"first": target_losses[0], "last50": sum(target_losses[-50:]) / len(target_losses[-50:])},
+        **target_record,
+        "drafter_params": param_count(drafter),
         "drafter_loss": {"first": drafter_losses[0], "last50": sum(drafter_losses[-50:]) / len(drafter_losses[-50:])},
-        "seconds": {"target": round(t_target, 1), "total_training": round(t_total, 1)},
+        "seconds": {"continuations_and_drafter": round(t_end - t_drafter, 1), "total_training": round(t_end - t0, 1)},
         "evaluation": evaluation,
     }
     (out_dir / "training.json").write_text(json.dumps(report, indent=1) + "\n")

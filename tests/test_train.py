@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import torch
 
 from dflash_fi.reference.model import load_pair
@@ -28,3 +29,31 @@ def test_training_is_deterministic(tmp_path):
     a = train(tmp_path / "a", smoke=True, device="cpu")
     b = train(tmp_path / "b", smoke=True, device="cpu")
     assert a["target_loss"] == b["target_loss"] and a["drafter_loss"] == b["drafter_loss"]
+
+
+def test_drafter_only_training_reuses_the_target(tmp_path):
+    first = train(tmp_path / "a", smoke=True, device="cpu")
+    second = train(tmp_path / "b", smoke=True, device="cpu", target_from=tmp_path / "a",
+                   overrides={"drafter_intermediate_size": "128", "target_layer_ids": "0,2"})
+    assert (tmp_path / "a/target/model.safetensors").read_bytes() == (tmp_path / "b/target/model.safetensors").read_bytes()
+    assert second["target_loss"] == first["target_loss"] and second["drafter_params"] < first["drafter_params"]
+    assert second["target_training"]["weights_sha256"] and second["overrides"]["target_layer_ids"] == "0,2"
+    _, drafter = load_pair(tmp_path / "b/target", tmp_path / "b/drafter")
+    assert drafter.d.target_layer_ids == [0, 2] and drafter.d.intermediate_size == 128
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"no_such_setting": "1"}, "unknown training setting 'no_such_setting'"),
+    ({"drafter_steps": "many"}, "drafter_steps must be int"),
+    ({"target_layer_ids": "4"}, "ids of target layers 0..3"),
+])
+def test_bad_training_settings_fail_before_training(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        train(tmp_path, smoke=True, device="cpu", overrides=overrides)
+    assert not (tmp_path / "training.json").exists()
+
+
+def test_a_target_trained_with_other_settings_is_refused(tmp_path):
+    train(tmp_path / "a", smoke=True, device="cpu")
+    with pytest.raises(ValueError, match="trained with other target settings"):
+        train(tmp_path / "b", smoke=True, device="cpu", target_from=tmp_path / "a", overrides={"target_steps": "4"})
