@@ -66,6 +66,7 @@ def _run(args) -> int:
         speculative=args.speculative, target=args.target, drafter=args.drafter,
         prompts_file=args.prompts_file, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
         enforce_eager=not args.cuda_graphs, gpu_memory_utilization=args.gpu_memory_utilization,
+        num_gpu_blocks=args.num_gpu_blocks,
     ).validate()
     gpu = require_gpu("dflash-fi run")
     record = run(spec)
@@ -163,6 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--cuda-graphs", action="store_true", help="capture CUDA graphs (default: eager)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.4, help="raise for real models, e.g. 0.85")
+    p.add_argument("--num-gpu-blocks", type=int, default=None,
+                   help="pin the KV cache to N blocks (default: sized from free GPU memory)")
     p.add_argument("--label", default=None)
     p.add_argument("--no-ledger", action="store_true", help="do not append the record to runs/")
     p.add_argument("--json", action="store_true")

@@ -83,6 +83,8 @@ def main(spec_path: str, result_path: str) -> int:
             enforce_eager=spec["enforce_eager"], kv_cache_dtype=spec["kv_cache_dtype"],
             max_model_len=1024, gpu_memory_utilization=spec.get("gpu_memory_utilization", 0.4), disable_log_stats=False,
         )
+        if spec.get("num_gpu_blocks"):
+            kwargs["num_gpu_blocks_override"] = spec["num_gpu_blocks"]
         if spec["speculative"]:
             kwargs["speculative_config"] = {
                 "method": "dflash",

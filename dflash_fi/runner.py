@@ -39,6 +39,9 @@ class RunSpec:
     enforce_eager: bool = True
     num_speculative_tokens: int = 15
     gpu_memory_utilization: float = 0.4  # tiny embedded pair; raise it for real models
+    # Pins the KV cache to this many blocks. Otherwise its size follows the memory free at start-up, and bf16
+    # draft tokens can follow the size (measured: runs/nvidia-h200.kv-capacity.txt).
+    num_gpu_blocks: int | None = None
     timeout_s: int = 420
     extra: dict = field(default_factory=dict)
 
@@ -61,6 +64,8 @@ class RunSpec:
                 )
         if self.max_new_tokens < 1 or self.num_prompts < 1:
             raise ValueError("--prompts and --max-new-tokens must be at least 1")
+        if self.num_gpu_blocks is not None and self.num_gpu_blocks < 1:
+            raise ValueError("--num-gpu-blocks must be at least 1 (or left out: sized from free memory)")
         return self
 
 

@@ -19,15 +19,19 @@ from dflash_fi.runner import RunSpec
 #  - vLLM runs the pair in bf16, the reference decoder in fp32: greedy choices differ on near-ties, the
 #    sequences then diverge and draft different blocks, so tau is compared within 5% relative.
 #  - FLASH_ATTN and FlashInfer draft kernels sum in different orders (bf16): tau within 1%.
-#  - fp8 KV quantises the cached K/V of target and draft: tau within 2% of the bf16 run.
+#  - fp8 KV quantises the cached K/V of target and draft, and changes the target's own output, so its tau is
+#    measured on other text. The row shows that non-causal drafting survives fp8: its tau must stay above
+#    the midpoint between the reference decoder's causal and non-causal tau.
 REFERENCE_TOLERANCE = 0.05
 KERNEL_TOLERANCE = 0.01
-FP8_TOLERANCE = 0.02
 MIN_AGREEMENT = 0.90
+# Every run gets the same KV cache: 32 prompts x (97 + 128 + 16 draft) tokens need 512 blocks of 16.
+# Sized from free memory instead, the cache differs between engines, and so can bf16 draft tokens.
+WALKTHROUGH_KV_BLOCKS = 2048
 
 
 def walkthrough_plan(num_prompts: int = 32, max_new_tokens: int = 128, **models) -> list[RunSpec]:
-    common = dict(num_prompts=num_prompts, max_new_tokens=max_new_tokens, **models)
+    common = dict(num_prompts=num_prompts, max_new_tokens=max_new_tokens, num_gpu_blocks=WALKTHROUGH_KV_BLOCKS, **models)
     return [
         RunSpec(label="no speculation", speculative=False, **common),
         RunSpec(label="FLASH_ATTN draft (reference)", draft_backend="FLASH_ATTN", **common),
@@ -115,9 +119,12 @@ def check_records(records: dict[str, dict], reference: dict) -> list[Check]:
     else:
         checks.append(Check("step 4: runs", False, str(err(s[4]))[:200]))
     if fp8.get("ok") and s[4].get("ok"):
-        checks.append(Check("step 4: fp8 KV cache runs, tau within 2% of bf16",
-                            _rel(fp8["tau"], s[4]["tau"]) <= FP8_TOLERANCE,
-                            f"tau {fp8['tau']:.3f} vs {s[4]['tau']:.3f} ({_rel(fp8['tau'], s[4]['tau']):.2%})"))
+        midpoint = (ref_nc + ref_c) / 2
+        checks.append(Check("step 4: fp8 KV cache runs, drafting still non-causal",
+                            fp8["tau"] >= midpoint,
+                            f"tau {fp8['tau']:.3f} ({(fp8['tau'] - s[4]['tau']) / s[4]['tau']:+.2%} from bf16 "
+                            f"{s[4]['tau']:.3f}); must be above {midpoint:.3f}, halfway between the reference "
+                            f"decoder's causal and non-causal tau"))
     else:
         checks.append(Check("step 4: fp8 KV cache runs", False, str(err(fp8))[:200]))
     return checks
@@ -220,7 +227,7 @@ def main(num_prompts: int = 32, max_new_tokens: int = 128) -> int:
         for name in ("step 0 rejected at selection / FLASH_ATTN runs", "step 1 fails DFlash's check at the first draft step",
                      "step 2 runs, silently causal (tau vs FLASH_ATTN and vs reference causal tau)",
                      "step 3 tau = FLASH_ATTN and reference non-causal tau, output = no-spec output",
-                     "step 4 identical to step 3; fp8 KV within 2%"):
+                     "step 4 identical to step 3; fp8 KV drafting still non-causal"):
             print(f"     SKIPPED  {name}")
         latest = latest_walkthrough(all_records())
         if latest:

@@ -47,6 +47,8 @@ def test_bad_run_specs_fail_fast():
         RunSpec(label="x", kv_cache_dtype="nvfp4").validate()
     with pytest.raises(FileNotFoundError, match="neither an existing model directory nor a hub id"):
         RunSpec(label="x", drafter="./missing").validate()
+    with pytest.raises(ValueError, match="--num-gpu-blocks must be at least 1"):
+        RunSpec(label="x", num_gpu_blocks=0).validate()
 
 
 def test_a_failed_engine_still_leaves_a_complete_record():
