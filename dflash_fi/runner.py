@@ -39,8 +39,7 @@ class RunSpec:
     enforce_eager: bool = True
     num_speculative_tokens: int = 15
     gpu_memory_utilization: float = 0.4  # tiny embedded pair; raise it for real models
-    # Pins the KV cache to this many blocks. Otherwise its size follows the memory free at start-up, and bf16
-    # draft tokens can follow the size (measured: runs/nvidia-h200.kv-capacity.txt).
+    # Pins the KV cache to this many blocks (vLLM's num_gpu_blocks_override); None: sized from free memory.
     num_gpu_blocks: int | None = None
     timeout_s: int = 420
     extra: dict = field(default_factory=dict)

@@ -18,15 +18,17 @@ from dflash_fi.runner import RunSpec
 # Tolerances, and why:
 #  - vLLM runs the pair in bf16, the reference decoder in fp32: greedy choices differ on near-ties, the
 #    sequences then diverge and draft different blocks, so tau is compared within 5% relative.
-#  - FLASH_ATTN and FlashInfer draft kernels sum in different orders (bf16): tau within 1%.
+#  - FLASH_ATTN and FlashInfer draft kernels sum in different orders (bf16): tau within 1%. The same 1% holds
+#    between engines of the same step: bf16 draft near-ties flip with the engine's memory settings, output
+#    tokens unchanged (runs/nvidia-h200.engine-variation.json).
 #  - fp8 KV quantises the cached K/V of target and draft, and changes the target's own output, so its tau is
 #    measured on other text. The row shows that non-causal drafting survives fp8: its tau must stay above
 #    the midpoint between the reference decoder's causal and non-causal tau.
 REFERENCE_TOLERANCE = 0.05
 KERNEL_TOLERANCE = 0.01
 MIN_AGREEMENT = 0.90
-# Every run gets the same KV cache: 32 prompts x (97 + 128 + 16 draft) tokens need 512 blocks of 16.
-# Sized from free memory instead, the cache differs between engines, and so can bf16 draft tokens.
+# Every run gets the same KV cache (32 prompts x (97 + 128 + 16 draft) tokens need 512 blocks of 16) rather
+# than one sized from the memory free at start-up: one difference fewer between the engines compared.
 WALKTHROUGH_KV_BLOCKS = 2048
 
 
@@ -112,10 +114,11 @@ def check_records(records: dict[str, dict], reference: dict) -> list[Check]:
     else:
         checks.append(Check("step 3: runs", False, str(err(s[3]))[:200]))
     if s[4].get("ok") and s[3].get("ok"):
-        checks.append(Check("step 4: identical to step 3 on this GPU",
-                            s[4]["tokens_sha256"] == s[3]["tokens_sha256"] and s[4]["tau"] == s[3]["tau"],
-                            f"tau {s[4]['tau']:.3f} vs {s[3]['tau']:.3f}, tokens "
-                            f"{'identical' if s[4]['tokens_sha256'] == s[3]['tokens_sha256'] else 'differ'}"))
+        same_tokens = s[4]["tokens_sha256"] == s[3]["tokens_sha256"]
+        checks.append(Check("step 4: same output as step 3, tau within 1% (TRTLLM gating changes no kernel here)",
+                            same_tokens and _rel(s[4]["tau"], s[3]["tau"]) <= KERNEL_TOLERANCE,
+                            f"tau {s[4]['tau']:.4f} vs {s[3]['tau']:.4f} ({_rel(s[4]['tau'], s[3]['tau']):.2%}), tokens "
+                            f"{'identical' if same_tokens else 'differ'}"))
     else:
         checks.append(Check("step 4: runs", False, str(err(s[4]))[:200]))
     if fp8.get("ok") and s[4].get("ok"):
@@ -165,7 +168,8 @@ def latest_walkthrough(records: list[dict]) -> tuple[str, dict[str, dict]] | Non
         if wid:
             by_id.setdefault(wid, {})[r["label"]] = r
     complete = [(wid, recs) for wid, recs in by_id.items() if len(recs) == len(walkthrough_plan())]
-    return complete[-1] if complete else None
+    # ledgers are one file per GPU kind, so file order says nothing of time: the last one to finish wins
+    return max(complete, key=lambda c: max(r["finished_at"] for r in c[1].values())) if complete else None
 
 
 def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, print_fn=print) -> tuple[dict, list[Check]]:
@@ -227,7 +231,7 @@ def main(num_prompts: int = 32, max_new_tokens: int = 128) -> int:
         for name in ("step 0 rejected at selection / FLASH_ATTN runs", "step 1 fails DFlash's check at the first draft step",
                      "step 2 runs, silently causal (tau vs FLASH_ATTN and vs reference causal tau)",
                      "step 3 tau = FLASH_ATTN and reference non-causal tau, output = no-spec output",
-                     "step 4 identical to step 3; fp8 KV drafting still non-causal"):
+                     "step 4 same output as step 3, tau within 1%; fp8 KV drafting still non-causal"):
             print(f"     SKIPPED  {name}")
         latest = latest_walkthrough(all_records())
         if latest:

@@ -24,10 +24,6 @@ def test_non_causal_drafting_reaches_its_target(reference):
     assert reference["tau_causal"] < reference["tau_noncausal"], reference
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known shortfall of the shipped pair: causal block attention costs it less than the 0.5 of tau the "
-    "tutorial asks for (measured gap in MODEL_CARD.md); a retrain with a recipe that widens the gap is needed (see MODEL_CARD.md). "
-    "strict: this fails loudly once a pair that meets it is shipped."))
 def test_causal_block_attention_costs_at_least_half_a_token(reference):
     assert reference["tau_causal"] <= reference["tau_noncausal"] - 0.5, reference
 

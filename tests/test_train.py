@@ -16,7 +16,9 @@ def test_smoke_training_writes_a_loadable_pair(tmp_path):
                  "drafter/config.json", "drafter/model.safetensors", "prompts.json", "training.json"):
         assert (tmp_path / name).is_file(), name
     target, drafter = load_pair(tmp_path / "target", tmp_path / "drafter")
-    assert drafter.d.target_layer_ids == [1, 3] and drafter.d.mask_token_id == 257
+    from dflash_fi.train import TrainConfig
+
+    assert drafter.d.target_layer_ids == list(TrainConfig().target_layer_ids) and drafter.d.mask_token_id == 257
     from transformers import AutoModelForCausalLM
 
     hf = AutoModelForCausalLM.from_pretrained(tmp_path / "target", torch_dtype=torch.float32)
@@ -57,3 +59,14 @@ def test_a_target_trained_with_other_settings_is_refused(tmp_path):
     train(tmp_path / "a", smoke=True, device="cpu")
     with pytest.raises(ValueError, match="trained with other target settings"):
         train(tmp_path / "b", smoke=True, device="cpu", target_from=tmp_path / "a", overrides={"target_steps": "4"})
+
+
+def test_the_default_recipe_is_the_shipped_pairs():
+    """`dflash-fi train` with no settings trains the recipe of the committed pair (whatever --set it was run with)."""
+    from dataclasses import asdict
+
+    from dflash_fi.evaluate import MODELS_DIR
+    from dflash_fi.train import TrainConfig
+
+    shipped = json.loads((MODELS_DIR / "training.json").read_text())["config"]
+    assert json.loads(json.dumps(asdict(TrainConfig()))) == shipped
