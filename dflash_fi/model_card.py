@@ -18,7 +18,6 @@ def render_model_card(training: dict, cpu: dict) -> str:
     # records written before `--target-from` existed describe the target with the run's own fields
     tt = training.get("target_training") or {
         "device": training["device"], "torch": training["torch"], "seconds": training["seconds"]["target"]}
-    drafter_cfg = json.loads((MODELS_DIR / "drafter" / "config.json").read_text())
     reused = (f" Trained by an earlier `dflash-fi train` (weights sha256 {tt['weights_sha256'][:12]}...) and "
               f"reused with `--target-from` when the drafter was trained." if "weights_sha256" in tt else "")
     return f"""# The embedded DFlash pair
@@ -38,8 +37,8 @@ held-out files at line starts. Tokens: bytes 0..255, `<|doc|>` = 256 (document s
 | target | Qwen3ForCausalLM | {training['target_params']:,} | 4 | 256 | 4/2 | 128 |
 | drafter | DFlashDraftModel (qwen3) | {training['drafter_params']:,} (+ target embedding, lm_head) | 2 | 256 | 4/2 | 128 |
 
-The drafter's MLP is {drafter_cfg['intermediate_size']} wide; its context is the output of target layers
-{drafter_cfg['dflash_config']['target_layer_ids']} (vLLM's `target_layer_ids`).
+The drafter's MLP is {cfg['drafter_intermediate_size']} wide; its context is the output of target layers
+{list(cfg['target_layer_ids'])} (vLLM's `target_layer_ids`).
 
 ## Training (seed {cfg['seed']})
 - target ({tt['device']}, torch {tt['torch']}): {cfg['target_steps']} steps x {cfg['target_batch']} windows of
