@@ -1,7 +1,41 @@
-"""The failures a user can cause and fix: the CLI prints these as one line, not a traceback."""
+"""The failures a user causes and can fix. The CLI prints these as one line (exit 2), and nothing else:
+any other exception is a bug in dflash-fi or vLLM and keeps its traceback.
 
-from dflash_fi.stack import NoGpu, StackMismatch
-from dflash_fi.steps import UnknownStep
-from dflash_fi.steps.patching import PatchError
+Every class says what went wrong in its message and what to do about it.
+"""
 
-EXPECTED_ERRORS = (LookupError, NoGpu, StackMismatch, UnknownStep, PatchError, FileNotFoundError, ValueError)
+
+class UserError(Exception):
+    """Base of everything a user can fix: bad input, a missing file, the wrong machine or stack."""
+
+
+class BadInput(UserError, ValueError):
+    """An argument or setting outside what dflash-fi accepts (an unknown step, zero prompts, ...)."""
+
+
+class UnknownStep(BadInput):
+    """A step number that is not one of the tutorial's steps."""
+
+
+class MissingModelFiles(UserError, FileNotFoundError):
+    """A model directory or prompt file that is not there, or not an HF model."""
+
+
+class NoGpu(UserError, RuntimeError):
+    """A GPU-only action on a machine without a CUDA GPU."""
+
+
+class StackMismatch(UserError, RuntimeError):
+    """The installed vLLM or FlashInfer is not the version every step is written against."""
+
+
+class PatchError(UserError, RuntimeError):
+    """The installed vLLM source is not the one the steps' hunks were written against."""
+
+
+class LedgerCorrupt(UserError, RuntimeError):
+    """A committed run record under runs/ is damaged: restore it from git."""
+
+
+class NoRecord(UserError, LookupError):
+    """A recorded result the command needs is not committed under runs/ yet."""

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from dflash_fi.errors import NoGpu, StackMismatch
+
 PINNED = {"vllm": "0.22.1", "flashinfer-python": "0.6.11.post2"}
-
-
-class StackMismatch(RuntimeError):
-    """The installed vLLM or FlashInfer is not the version every step is written against."""
 
 
 def installed_version(dist: str) -> str | None:
@@ -61,10 +60,6 @@ def cuda_gpu() -> Gpu | None:
     return Gpu(torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
 
 
-class NoGpu(RuntimeError):
-    """A GPU-only action was asked for on a machine without a CUDA GPU."""
-
-
 def require_gpu(what: str) -> Gpu:
     gpu = cuda_gpu()
     if gpu is None:
@@ -76,6 +71,7 @@ def require_gpu(what: str) -> Gpu:
 
 
 COMMIT_ENV = "DFLASH_FI_GIT_COMMIT"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def git_commit(repo: Path | None = None) -> str | None:
@@ -83,11 +79,9 @@ def git_commit(repo: Path | None = None) -> str | None:
 
     A copy of the tree without .git (the GPU machine gets one) is named by DFLASH_FI_GIT_COMMIT instead.
     """
-    import os
-
     if os.environ.get(COMMIT_ENV):
         return os.environ[COMMIT_ENV]
-    repo = repo or Path(__file__).resolve().parent.parent
+    repo = repo or REPO_ROOT
     try:
         head = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
@@ -158,3 +152,21 @@ def doctor(as_json: bool = False) -> int:
         for problem in problems:
             print(f"PROBLEM: {problem}")
     return 1 if problems else 0
+
+
+def run_context(command: str | None = None) -> dict:
+    """What every committed result carries about where it came from: versions, GPU, commit, command, time."""
+    import shlex
+    import sys
+    import time
+
+    report = stack_report()
+    return {
+        "versions": {"vllm": report.vllm, "flashinfer": report.flashinfer, "torch": report.torch,
+                     "cuda": report.cuda_runtime, "python": report.python},
+        "gpu": report.gpu,
+        "compute_capability": report.compute_capability,
+        "git_commit": git_commit(),
+        "command": command or " ".join(shlex.quote(a) for a in sys.argv),
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

@@ -11,12 +11,35 @@
 # ---
 
 # %% [markdown]
-# # 2 · A `causal` field on `FlashInferMetadata`, and all-prefill batches
+# # 2 · The metadata builder: a `causal` field, and all-prefill batches
 #
-# DFlash builds its draft metadata from a `CommonAttentionMetadata` with `causal=False` (see
-# `DFlashProposer.set_inputs_first_pass`). The builder must carry that into the backend's metadata, and it
-# must not send such a batch to decode kernels: a decode (or TRTLLM spec-as-decode) kernel cannot let a query
-# token see the query tokens after it.
+# Once a backend is chosen, every forward pass starts with its **metadata builder**. vLLM's model runner (for
+# the target) and DFlash's proposer (for the draft) describe the batch in a `CommonAttentionMetadata`:
+# where each request's queries start, how long each sequence is, the page table, and `causal`. The backend's
+# builder turns that into its own metadata, deciding which kernels run which requests.
+#
+# FlashInfer's builder first splits the batch into decodes and prefills (`split_decodes_and_prefills`):
+# requests with at most `reorder_batch_threshold` query tokens are decodes, served by decode kernels (or
+# TRTLLM); the rest are prefills. The runner orders every batch decodes first, so the split is one boundary.
+
+# %% tags=["nbval-ignore-output"]
+from dflash_fi.notebook import setup, show
+
+session = setup("02_causal_metadata")
+
+# %%
+import inspect
+
+from vllm.v1.attention.backends.utils import split_decodes_and_prefills
+
+source = inspect.getsource(split_decodes_and_prefills)
+print(source[source.index("    max_query_len"):])
+
+# %% [markdown]
+# DFlash builds its draft metadata with `causal=False` (`DFlashProposer.set_inputs_first_pass`) and then
+# checks that every draft layer's metadata says `causal is False`. Step 2 carries the flag into
+# `FlashInferMetadata`, and sends a non-causal batch entirely to prefill: a decode kernel (or TRTLLM's
+# spec-as-decode path) cannot let a query token see the query tokens after it.
 
 # %%
 from dflash_fi.steps import hunk_diff
@@ -24,60 +47,62 @@ from dflash_fi.steps import hunk_diff
 print(hunk_diff(2))
 
 # %% [markdown]
-# On an H100 the 16-token draft requests were already prefill (the builder's decode threshold is 1). Where
-# TRTLLM attention is available (Blackwell, SM 10.x), vLLM raises the threshold to `1 + 2 x 15` for
-# speculative decoding, and stock routes the draft to **TRTLLM decode**. Compare steps 1 and 2, with TRTLLM:
+# ## What each batch becomes
+#
+# The real `FlashInferMetadataBuilder.build()` of steps 1 and 2, on six standard batches (the DFlash ones
+# are what the proposer builds: one block of 16 queries per request). FlashInfer's wrapper objects are the
+# only doubles (they would JIT-compile CUDA kernels); each records its `plan()` call. On an H100/H200 the
+# 16-token draft requests were already prefills (the threshold is 1):
 
 # %%
-from dflash_fi.routing import STANDARD_BATCHES, RoutingLab
+from dflash_fi.lab.routing import routing_table
+from dflash_fi.vocabulary import BLACKWELL
 
-fields = ("reorder_batch_threshold", "num_decodes", "num_prefills", "decode", "prefill", "plan_causal",
-          "metadata_causal", "dflash_check")
-rows = {}
-for step in (1, 2):
-    for trtllm in (False, True):
-        with RoutingLab(step, (10, 0) if trtllm else (9, 0), trtllm=trtllm) as lab:
-            rows[step, trtllm] = lab.route(STANDARD_BATCHES[0])
-        print(f"step {step}, TRTLLM {trtllm}:", {k: rows[step, trtllm][k] for k in fields})
+show(routing_table(steps=(1, 2)))
 
 # %% [markdown]
-# DFlash's check now passes, but look at `plan_causal`: the prefill wrapper is still planned with
-# `causal=True`. This half-finished state **runs and is silently wrong**. The reference decoder says how
-# wrong: causal block attention accepts fewer drafts.
+# Where TRTLLM attention is available (Blackwell, SM 10.x), vLLM raises the threshold to `1 + 2 x 15` for
+# speculative decoding, so stock sends the DFlash draft to **TRTLLM decode**. Step 2 makes it a prefill:
 
 # %%
-from dflash_fi.evaluate import DEFAULT_DRAFTER, DEFAULT_TARGET, evaluate_pair, load_prompts
-
-reference = evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=8), 64)
-print(f"reference: tau non-causal {reference['tau_noncausal']:.3f}, causal {reference['tau_causal']:.3f}")
+show(routing_table(steps=(1, 2), capability=BLACKWELL, trtllm=True))
 
 # %% [markdown]
-# And vLLM on the GPU agrees: step 2 runs with the causal-block acceptance length, below the FLASH_ATTN draft.
-
-# %%
-from dflash_fi.notebook import outcome, recorded_walkthrough
-
-records, provenance = recorded_walkthrough()
-print(provenance)
-gpu_reference = records["step 2 FLASHINFER draft"]["spec"]["extra"]["reference"]
-for label in ("FLASH_ATTN draft (reference)", "step 2 FLASHINFER draft"):
-    print(f"{label}: {outcome(records[label])}")
-print(f"reference decoder on the same prompts: non-causal {gpu_reference['tau_noncausal']:.3f}, "
-      f"causal {gpu_reference['tau_causal']:.3f}")
+# DFlash's check passes now, but look at the draft's `plan causal=True`: the prefill wrapper is still planned
+# causal (and on Blackwell the prefill is TRTLLM's, causal too). This half-finished state **runs, and is
+# silently wrong**: every block token sees only the block tokens before it. The reference decoder says what
+# that costs, and vLLM on the GPU must agree.
 
 # %% tags=["gpu"]
-from dflash_fi.notebook import live_run
+from dflash_fi.evidence.plan import FLASH_ATTN, step_label
 
-print(outcome(live_run(step=2)))
+live = session.run_live([FLASH_ATTN, step_label(2)])
+
+# %% tags=["nbval-ignore-output"]
+records, reference, source = session.evidence([FLASH_ATTN, step_label(2)])
+print(source)
+print(f"reference decoder on the same prompts: tau non-causal {reference['tau_noncausal']:.3f}, "
+      f"causal {reference['tau_causal']:.3f}")
+checks = session.check(records, reference, ("step 2",))
+
+# %% [markdown]
+# Acceptance per draft position: with causal block attention the drafts fall behind from the first position
+# on, because the anchor's own draft can no longer look at the positions it must fill.
+
+# %%
+from dflash_fi.figures import acceptance_by_position
+
+acceptance_by_position(records, [FLASH_ATTN, step_label(2)]);
 
 # %% [markdown]
 # ### Check
 
 # %%
-assert rows[1, True]["decode"] == "TRTLLM decode" and rows[2, True]["num_decodes"] == 0
-assert rows[2, False]["metadata_causal"] is False and rows[2, False]["dflash_check"] == "pass"
-assert rows[2, False]["plan_causal"] is True  # the silent bug
-assert reference["tau_causal"] < reference["tau_noncausal"]
-step2, fa = records["step 2 FLASHINFER draft"], records["FLASH_ATTN draft (reference)"]
-assert step2["ok"] and step2["tau"] < fa["tau"]
-assert abs(step2["tau"] - gpu_reference["tau_causal"]) / gpu_reference["tau_causal"] <= 0.05
+from dflash_fi.lab.routing import routing_report
+
+stock_blackwell, step2_blackwell = (routing_report(s, trtllm=True)["batches"][0] for s in (1, 2))
+step2 = routing_report(2)["batches"][0]
+assert stock_blackwell["decode"] == "TRTLLM decode" and step2_blackwell["num_decodes"] == 0
+assert step2["metadata_causal"] is False and step2["dflash_check"] == "pass"
+assert step2["plan_causal"] is True  # the silent bug
+assert len(checks) == 2 and all(c.passed for c in checks), [c.line() for c in checks]

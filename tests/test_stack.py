@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from dflash_fi import stack
+from dflash_fi.errors import StackMismatch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +24,7 @@ def test_installed_stack_is_the_pinned_one():
 
 def test_wrong_vllm_version_is_refused_with_instructions(monkeypatch):
     monkeypatch.setattr(stack, "installed_version", lambda dist: {"vllm": "0.24.0"}.get(dist, stack.PINNED.get(dist)))
-    with pytest.raises(stack.StackMismatch, match=r"vllm is 0\.24\.0, but dflash-fi needs vllm==0\.22\.1: reinstall"):
+    with pytest.raises(StackMismatch, match=r"vllm is 0\.24\.0, but dflash-fi needs vllm==0\.22\.1: reinstall"):
         stack.require_pinned_stack()
     assert stack.doctor() == 1
 
@@ -56,20 +57,41 @@ def test_pyproject_pins_and_plugin_entry_point():
 
 def test_ci_runs_exactly_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
-    ci = (ROOT / ".ci" / "run").read_text()
-    test_command = re.search(r"<!-- test-command -->\n```bash\n(.+?)\n```", readme, re.S).group(1)
-    assert "pytest" in test_command
-    assert "test-command" in ci  # .ci/run extracts and runs that block, nothing else
+    readme_command = re.search(r"<!-- test-command -->\n```bash\n(.+?)\n```", readme, re.S).group(1)
+    ci_command = subprocess.run(["bash", str(ROOT / ".ci" / "run"), "--print-command"], capture_output=True,
+                                text=True, check=True).stdout.rstrip("\n")
+    assert ci_command == readme_command and "pytest" in ci_command
 
 
-def test_cli_fails_fast_on_bad_input():
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "dflash_fi.cli", *args], capture_output=True, text=True)
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "dflash_fi.cli", *args], capture_output=True, text=True)
 
-    unknown = cli("routing", "--step", "9")
-    assert unknown.returncode == 2 and "unknown step '9': choose one of 0, 1, 2, 3, 4" in unknown.stderr
-    missing = cli("reference", "--target", "/nonexistent/model")
-    assert missing.returncode == 2 and "no config.json in /nonexistent/model" in missing.stderr
-    if stack.cuda_gpu() is None:
-        no_gpu = cli("run", "--step", "3")
-        assert no_gpu.returncode == 2 and "needs a CUDA GPU and this machine has none" in no_gpu.stderr
+
+@pytest.mark.parametrize("args, message", [
+    (("routing", "--step", "9"), "unknown step '9': choose one of 0, 1, 2, 3, 4, 5, 6"),
+    (("reference", "--target", "/nonexistent/model"), "neither an existing model directory nor a hub id"),
+    (("reference", "--prompts", "0"), "--prompts: must be at least 1, not 0"),
+    (("walkthrough", "--max-new-tokens", "-2"), "--max-new-tokens: must be at least 1, not -2"),
+    (("run", "--prompts", "0"), "--prompts: must be at least 1, not 0"),
+    (("routing", "--sm", "7.5"), "SM '7.5': choose one of 8.0, 8.6, 8.9, 9.0, 10.0"),
+])
+def test_cli_fails_fast_on_bad_input(args, message):
+    result = cli(*args)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cli_without_a_gpu_says_what_to_do():
+    if stack.cuda_gpu() is not None:
+        pytest.skip("this machine has a GPU")
+    for args in (("run", "--step", "3"), ("bench", "kernels")):
+        result = cli(*args)
+        assert result.returncode == 2 and "needs a CUDA GPU and this machine has none" in result.stderr
+
+
+def test_a_programming_error_keeps_its_traceback(monkeypatch, capsys):
+    from dflash_fi import cli as cli_module, commands
+
+    monkeypatch.setattr(commands, "doctor", lambda args: {}["not a user error"])
+    with pytest.raises(KeyError):
+        cli_module.main(["doctor"])

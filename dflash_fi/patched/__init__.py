@@ -3,6 +3,8 @@
 A real module in `sys.modules`, under a real name, with its source in `linecache`: vLLM resolves its
 classes by qualified name in every process, tracebacks show the patched lines, and
 `inspect.getsource(module.FlashInferMetadataBuilder.build)` shows the code vLLM actually runs.
+
+May import: dflash_fi.steps.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import linecache
 import re
 import sys
 
+MAY_IMPORT = ("dflash_fi.steps",)
 _NAME = re.compile(rf"^{re.escape(__name__)}\.step([1-9][0-9]*)$")
 
 

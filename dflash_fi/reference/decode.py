@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from dflash_fi.reference.model import BLOCK_SIZE, NON_CAUSAL, DFlashDrafter, Qwen3Target
-
-NUM_DRAFT_TOKENS = BLOCK_SIZE - 1
+from dflash_fi.reference.drafter import NON_CAUSAL, DFlashDrafter
+from dflash_fi.reference.qwen3 import Qwen3Target
+from dflash_fi.vocabulary import NUM_SPECULATIVE_TOKENS
 
 
 @torch.inference_mode()
@@ -28,7 +28,7 @@ def greedy_generate(target: Qwen3Target, prompt: list[int], max_new_tokens: int)
 class SpecResult:
     tokens: list[int]
     num_drafts: int = 0  # verification steps (vLLM: num_drafts)
-    accepted_per_position: list[int] = field(default_factory=lambda: [0] * NUM_DRAFT_TOKENS)
+    accepted_per_position: list[int] = field(default_factory=lambda: [0] * NUM_SPECULATIVE_TOKENS)
 
     @property
     def num_accepted(self) -> int:
@@ -62,7 +62,7 @@ def speculative_generate(
         logits, layers = target(candidate)
         choices = logits[0, p:].argmax(-1)  # target's greedy token after anchor, after draft 1, ...
         accepted = 0
-        while accepted < NUM_DRAFT_TOKENS and int(drafts[accepted]) == int(choices[accepted]):
+        while accepted < NUM_SPECULATIVE_TOKENS and int(drafts[accepted]) == int(choices[accepted]):
             result.accepted_per_position[accepted] += 1
             accepted += 1
         result.num_drafts += 1
@@ -85,5 +85,5 @@ def acceptance_length(results: list[SpecResult]) -> float:
 def per_position_acceptance(results: list[SpecResult]) -> list[float]:
     drafts = sum(r.num_drafts for r in results)
     if not drafts:
-        return [float("nan")] * NUM_DRAFT_TOKENS
-    return [sum(r.accepted_per_position[k] for r in results) / drafts for k in range(NUM_DRAFT_TOKENS)]
+        return [float("nan")] * NUM_SPECULATIVE_TOKENS
+    return [sum(r.accepted_per_position[k] for r in results) / drafts for k in range(NUM_SPECULATIVE_TOKENS)]

@@ -1,13 +1,18 @@
-"""The five states of vLLM's FlashInfer backend that the tutorial walks through.
+"""The steps: the states of vLLM 0.22.1's FlashInfer backend that the tutorial walks through.
 
     step 0  stock vLLM 0.22.1
     step 1  + supports_non_causal()                     (selector accepts FlashInfer for the draft)
     step 2  + FlashInferMetadata.causal, all-prefill    (runs, but still planned causal)
     step 3  + separate non-causal prefill wrapper       (correct)
-    step 4  + TRTLLM gating                             (correct on Blackwell too)
+    step 4  + TRTLLM gating                             (correct on Blackwell too; PR #43081 ends here)
+    step 5  + what upstream fixed next, faster kernel   (#48167's CUDA-graph claim; fa2 for DFlash blocks)
+    step 6  + CUDA-graph prefill wrappers               (the engine keeps its full decode graphs)
 
-`backend_module(n)` is the module whose `FlashInferBackend` vLLM uses at step n; `hunk_diff(n)` is the
-unified diff from step n-1 to step n, i.e. that part of PR #43081.
+A step module holds only its hunks: text replacements in vLLM's own `flashinfer.py`, read from the
+installed wheel. `backend_module(n)` is the module whose `FlashInferBackend` vLLM uses at step n;
+`hunk_diff(n)` is the unified diff from step n-1 to step n.
+
+May import: dflash_fi.errors, dflash_fi.stack (for the installed version in an error message).
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from dflash_fi.errors import UnknownStep
 from dflash_fi.steps.patching import STOCK_MODULE, apply_hunks, stock_source, unified_diff
+
+MAY_IMPORT = ("dflash_fi.errors", "dflash_fi.stack")
 
 STEP_MODULES = {
     0: "dflash_fi.steps.step0_stock",
@@ -23,12 +31,12 @@ STEP_MODULES = {
     2: "dflash_fi.steps.step2_causal_metadata",
     3: "dflash_fi.steps.step3_noncausal_wrapper",
     4: "dflash_fi.steps.step4_trtllm_gating",
+    5: "dflash_fi.steps.step5_upstream_fixes",
+    6: "dflash_fi.steps.step6_cuda_graphs",
 }
-FINAL_STEP = max(STEP_MODULES)
-
-
-class UnknownStep(ValueError):
-    pass
+STEPS = tuple(STEP_MODULES)
+PR_43081_STEPS = (1, 2, 3, 4)
+FINAL_STEP = max(STEPS)
 
 
 def check_step(step: int | str) -> int:
@@ -38,15 +46,20 @@ def check_step(step: int | str) -> int:
         number = -1
     if number not in STEP_MODULES:
         raise UnknownStep(
-            f"unknown step {step!r}: choose one of {', '.join(map(str, STEP_MODULES))} "
-            "(0 = stock vLLM 0.22.1, 4 = the complete change)"
+            f"unknown step {step!r}: choose one of {', '.join(map(str, STEPS))} "
+            f"(0 = stock vLLM 0.22.1, 4 = PR #43081 complete, {FINAL_STEP} = the final step)"
         )
     return number
 
 
 def step_module(step: int | str) -> ModuleType:
-    """The module holding step n's title and hunks (cheap: imports no vLLM)."""
+    """The module holding step n's hunks (cheap: imports no vLLM)."""
     return importlib.import_module(STEP_MODULES[check_step(step)])
+
+
+def step_title(step: int | str) -> str:
+    """The first line of the step module's docstring, e.g. 'Step 1 - the capability flag.'"""
+    return step_module(step).__doc__.strip().splitlines()[0]
 
 
 def backend_module_name(step: int | str) -> str:

@@ -1,11 +1,11 @@
 """Apply a step's hunks to vLLM 0.22.1's own FlashInfer backend source and import the result.
 
 Each step is vLLM's `vllm/v1/attention/backends/flashinfer.py` exactly as shipped in 0.22.1, plus the
-hunks of PR #43081 up to that step. Nothing of vLLM is copied into this repository: the stock source is
+hunks of every step up to it (PR #43081 for steps 1-4, what came after for steps 5 and 6). Nothing of vLLM is copied into this repository: the stock source is
 read from the installed wheel, checked against its known hash, and every hunk must match exactly once,
 so a different vLLM fails loudly instead of producing a silently different backend.
 
-The patched modules import as `dflash_fi.patched.step1` .. `step4` (see `dflash_fi/patched/__init__.py`),
+The patched modules import as `dflash_fi.patched.step1`, `step2`, ... (see `dflash_fi/patched/__init__.py`),
 so vLLM can resolve, pickle and log their classes like any other backend.
 """
 
@@ -16,13 +16,11 @@ import hashlib
 import importlib.util
 from dataclasses import dataclass
 
+from dflash_fi.errors import PatchError
+
 STOCK_MODULE = "vllm.v1.attention.backends.flashinfer"
 # sha256 of vllm/v1/attention/backends/flashinfer.py in the vllm==0.22.1 wheel.
 STOCK_SHA256 = "05f7c09a0c28fd0b2ece6430fb2bd46643be62763ee539df2653364431d66dbd"
-
-
-class PatchError(RuntimeError):
-    """The installed vLLM source is not the one the hunks were written against."""
 
 
 @dataclass(frozen=True)

@@ -7,5 +7,4 @@ selector refuses FlashInfer for the DFlash draft (`use_non_causal=True`) with
 
 from dflash_fi.steps.patching import Hunk
 
-TITLE = "stock vLLM 0.22.1"
 HUNKS: tuple[Hunk, ...] = ()

@@ -8,7 +8,6 @@ selector accept FlashInfer for the draft; nothing below the selector knows about
 from dflash_fi.steps import step0_stock as previous
 from dflash_fi.steps.patching import Hunk
 
-TITLE = "capability flag"
 HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
     Hunk(
         why="FlashInferBackend declares non-causal support",

@@ -12,7 +12,6 @@ passes DFlash's check, and is silently causal. Step 3 fixes the plan.
 from dflash_fi.steps import step1_capability_flag as previous
 from dflash_fi.steps.patching import Hunk
 
-TITLE = "causal metadata field"
 HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
     Hunk(
         why="FlashInferMetadata carries the batch's causality",

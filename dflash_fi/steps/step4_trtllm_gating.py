@@ -9,7 +9,6 @@ while the target may keep TRTLLM. Causal batches are routed exactly as before.
 from dflash_fi.steps import step3_noncausal_wrapper as previous
 from dflash_fi.steps.patching import Hunk
 
-TITLE = "TRTLLM gating"
 HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
     Hunk(
         why="no TRTLLM prefill for a non-causal batch",

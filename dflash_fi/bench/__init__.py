@@ -1,0 +1,25 @@
+"""The benchmarks: what the draft's attention costs, kernel by kernel and engine by engine.
+
+    kernels.py  `dflash-fi bench kernels`: non-causal paged attention at DFlash shapes, every kernel
+    e2e.py      `dflash-fi bench e2e`: whole engines, eager and with CUDA graphs, at batch 1, 8 and 32
+
+Both write one JSON results file (committed under runs/ when run with --record) that README, notebook 05
+and `dflash_fi.figures` read. Timings live in these files only: no test times anything.
+
+May import: dflash_fi.engine, dflash_fi.reference, dflash_fi.steps, dflash_fi.models, dflash_fi.logs,
+dflash_fi.stack, dflash_fi.vocabulary, dflash_fi.errors.
+"""
+
+MAY_IMPORT = ("dflash_fi.engine", "dflash_fi.reference", "dflash_fi.steps", "dflash_fi.models", "dflash_fi.logs",
+              "dflash_fi.stack", "dflash_fi.vocabulary", "dflash_fi.errors")
+
+
+def write_results(results: dict, path) -> "Path":
+    """One benchmark's results as a JSON file."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    return path

@@ -1,0 +1,100 @@
+"""The committed benchmark results, summarised: the tables README and notebook 05 show, and the targets."""
+
+from __future__ import annotations
+
+import json
+
+from dflash_fi.errors import NoRecord
+from dflash_fi.stack import REPO_ROOT
+
+RUNS_DIR = REPO_ROOT / "runs"
+
+
+def latest_results(kind: str) -> dict:
+    """The newest `runs/*.bench-<kind>*.json` (by the time it finished)."""
+    files = sorted(RUNS_DIR.glob(f"*.bench-{kind}*.json"))
+    if not files:
+        raise NoRecord(f"no {kind} benchmark is recorded under runs/: run `dflash-fi bench {kind} --record` on a GPU")
+    return max((json.loads(f.read_text()) for f in files), key=lambda r: r["finished_at"])
+
+
+def _median_ms(rows, **where) -> float | None:
+    hits = [r["median_ms"] for r in rows if "median_ms" in r and all(r[k] == v for k, v in where.items())]
+    return hits[0] if hits else None
+
+
+def kernel_summary(results: dict, heads=(32, 8)) -> str:
+    """Markdown: per shape with 32/8 heads, each kernel's time, the final step's speed-up over `auto`, and the
+    final kernel's share of the copy bandwidth."""
+    rows = [r for r in results["rows"] if (r["num_qo_heads"], r["num_kv_heads"]) == heads]
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+    lines = ["| KV | batch x context | " + " | ".join(kernels) + " | final vs auto | final, share of copy |",
+             "|---|---|" + "---|" * (len(kernels) + 2)]
+    for kv in dict.fromkeys(r["kv_dtype"] for r in rows):
+        for context in sorted({r["context"] for r in rows}):
+            for batch in sorted({r["batch"] for r in rows}):
+                where = dict(kv_dtype=kv, batch=batch, context=context)
+                times = {k: _median_ms(rows, kernel=k, **where) for k in kernels}
+                final, auto = times.get("dflash-fi-final"), times.get("flashinfer-auto")
+                share = next((r.get("share_of_copy") for r in rows if r["kernel"] == "dflash-fi-final"
+                              and all(r[k] == v for k, v in where.items())), None)
+                cells = [f"{t:.4f} ms" if t is not None else "error" for t in times.values()]
+                cells.append(f"{auto / final:.2f}x" if final and auto else "-")
+                cells.append(f"{share:.0%}" if share is not None else "-")
+                lines.append(f"| {kv} | {batch} x {context} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _tps(rows, model, run, batch, graphs, kv="bf16"):
+    hit = [r for r in rows if r["model"] == model and r["run"] == run and r["batch"] == batch
+           and r["cuda_graphs"] == graphs and r["kv_cache_dtype"] == kv]
+    return hit[0] if hit else None
+
+
+def e2e_summary(results: dict) -> str:
+    """Markdown: every engine row (model, run, KV, mode, batch: tokens/s, TPOT, step time, tau, agreement)."""
+    from dflash_fi.bench.e2e import format_rows
+
+    return format_rows(results["rows"])
+
+
+def targets(kernels: dict, e2e: dict) -> list[dict]:
+    """The performance targets of issue #10, each with what was measured and whether it is met."""
+    out = []
+    k = [r for r in kernels["rows"] if "median_ms" in r and (r["num_qo_heads"], r["num_kv_heads"]) == (32, 8)]
+    speedups = [(_median_ms(k, kernel="flashinfer-auto", kv_dtype="bf16", batch=r["batch"], context=r["context"])
+                 / r["median_ms"], r["batch"], r["context"])
+                for r in k if r["kernel"] == "dflash-fi-final" and r["kv_dtype"] == "bf16" and r["batch"] >= 16]
+    worst = min(speedups) if speedups else None
+    out.append({"target": "dflash-fi-final at least 2x faster than flashinfer-auto, every bf16 row with batch >= 16",
+                "measured": f"smallest speed-up {worst[0]:.2f}x (batch {worst[1]} x {worst[2]})" if worst else "-",
+                "met": bool(worst and worst[0] >= 2)})
+    big = next((r for r in k if r["kernel"] == "dflash-fi-final" and r["kv_dtype"] == "bf16" and r["batch"] == 64
+                and r["context"] == 8192), None)
+    out.append({"target": "dflash-fi-final at least 65% of the copy bandwidth at batch 64 x 8192, bf16",
+                "measured": f"{big['share_of_copy']:.0%} ({big['achieved_GBps']:.0f} of {kernels['copy_GBps']:.0f} GB/s)"
+                if big else "-", "met": bool(big and big["share_of_copy"] >= 0.65)})
+    rows = e2e["rows"]
+    for batch in (1, 32):
+        fi, fa = _tps(rows, "embedded", "step 6 FLASHINFER draft", batch, True), _tps(rows, "embedded", "FLASH_ATTN draft", batch, True)
+        ratio = fi["tokens_per_s"] / fa["tokens_per_s"] if fi and fa else None
+        out.append({"target": f"graphs, batch {batch}: final FlashInfer draft at least as fast as the FLASH_ATTN draft",
+                    "measured": f"{ratio:.2f}x ({fi['tokens_per_s']:.0f} vs {fa['tokens_per_s']:.0f} tokens/s)"
+                    if ratio else "-", "met": bool(ratio and ratio >= 1)})
+    fi, base = _tps(rows, "embedded", "step 6 FLASHINFER draft", 1, True), _tps(rows, "embedded", "no speculation", 1, True)
+    ratio = fi["tokens_per_s"] / base["tokens_per_s"] if fi and base else None
+    out.append({"target": "graphs, batch 1: DFlash at least 3x the no-speculation tokens/s",
+                "measured": f"{ratio:.2f}x" if ratio else "-", "met": bool(ratio and ratio >= 3)})
+    shape = [(_tps(rows, "qwen3-4b-shape (random weights)", "step 6 FLASHINFER draft", b, True),
+              _tps(rows, "qwen3-4b-shape (random weights)", "FLASH_ATTN draft", b, True)) for b in (1, 32)]
+    gaps = [fi["step_ms"] / fa["step_ms"] - 1 for fi, fa in shape if fi and fa]
+    out.append({"target": "Qwen3-4B shape: final FlashInfer draft's step time within 3% of the FLASH_ATTN draft's",
+                "measured": ", ".join(f"{g:+.1%}" for g in gaps) + " (batch 1, 32)" if gaps else "-",
+                "met": bool(gaps and max(gaps) <= 0.03)})
+    return out
+
+
+def targets_table(kernels: dict, e2e: dict) -> str:
+    lines = ["| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |" for t in targets(kernels, e2e)]
+    return "\n".join(lines)

@@ -1,0 +1,181 @@
+"""What each `dflash-fi` subcommand does: a thin shell over the module that does the work."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+
+def doctor(args) -> int:
+    from dflash_fi.stack import doctor
+
+    return doctor(as_json=args.json)
+
+
+def train(args) -> int:
+    from dflash_fi.errors import BadInput, MissingModelFiles
+    from dflash_fi.models.train import train
+
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise BadInput(f"--set takes KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    if args.target_from and not Path(args.target_from, "target", "config.json").is_file():
+        raise MissingModelFiles(f"--target-from {args.target_from} holds no target/config.json (give the directory "
+                                "of an earlier `dflash-fi train`, e.g. dflash_fi/models)")
+    train(Path(args.out), smoke=args.smoke, device=args.device, overrides=overrides,
+          target_from=args.target_from and Path(args.target_from), command=shlex.join(["dflash-fi", *sys.argv[1:]]))
+    return 0
+
+
+def reference(args) -> int:
+    from dflash_fi.models import check_model_dir, load_prompts
+    from dflash_fi.reference.evaluate import evaluate_pair
+
+    prompts = load_prompts(Path(args.prompts_file), args.prompts)
+    result = evaluate_pair(Path(check_model_dir("target", args.target)), Path(check_model_dir("drafter", args.drafter)),
+                           prompts, args.new_tokens, device=args.device)
+    if args.json:
+        print(json.dumps({k: result[k] for k in (
+            "tau_noncausal", "tau_causal", "per_position_acceptance", "lossless_fraction",
+            "n_prompts", "n_new_tokens", "seconds")}))
+    else:
+        print(f"reference decoder, {result['n_prompts']} prompts x {result['n_new_tokens']} new tokens "
+              f"({result['dtype']} on {result['device']}, {result['seconds']} s)")
+        print(f"  tau non-causal block attention: {result['tau_noncausal']:.3f}")
+        print(f"  tau causal block attention:     {result['tau_causal']:.3f}")
+        print(f"  speculative == greedy on {result['lossless_fraction']:.1%} of prompts")
+    return 0
+
+
+def run(args) -> int:
+    from dflash_fi.engine.runner import outcome, run as run_engine
+    from dflash_fi.engine.spec import RunSpec
+    from dflash_fi.evidence.ledger import append_record, ledger_path
+    from dflash_fi.logs import tail
+    from dflash_fi.stack import require_gpu
+
+    spec = RunSpec(
+        label=args.label or f"step{args.step}-{args.draft_backend}-{args.kv_cache_dtype}"
+        + ("" if args.speculative else "-nospec") + ("-graphs" if args.cuda_graphs else ""),
+        step=args.step, draft_backend=args.draft_backend, target_backend=args.target_backend,
+        kv_cache_dtype=args.kv_cache_dtype, speculative=args.speculative, target=args.target, drafter=args.drafter,
+        prompts_file=args.prompts_file, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+        cuda_graphs=args.cuda_graphs, gpu_memory_utilization=args.gpu_memory_utilization,
+        num_gpu_blocks=args.num_gpu_blocks,
+    ).validate()
+    gpu = require_gpu("dflash-fi run")
+    record = run_engine(spec)
+    if not args.no_ledger:
+        append_record(ledger_path(gpu.name), record)
+    shown = {k: v for k, v in record.items() if k not in ("tokens", "log_tail")}
+    print(json.dumps(shown, indent=None if args.json else 2))
+    print(f"{outcome(record)}; engine log: {record['log_file']}", file=sys.stderr)
+    if not record.get("ok"):
+        print(tail(Path(record["log_file"]), 10**6), file=sys.stderr)
+    return 0
+
+
+def selector_matrix(args) -> int:
+    from dflash_fi.lab.selector import feature_table, render_matrix, selector_matrix
+
+    rows = selector_matrix(steps=args.step or None)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(render_matrix(rows))
+    for step in (0, 1):
+        print(f"\nvLLM attention-backend feature table, Non-Causal column (step {step}):\n{feature_table(step)}")
+    return 0
+
+
+def routing(args) -> int:
+    from dflash_fi.lab.routing import format_routing, routing_report
+
+    report = routing_report(args.step, trtllm=args.trtllm, capability=args.sm, kv_cache_dtype=args.kv_cache_dtype,
+                            cuda_graphs=args.cuda_graphs)
+    print(json.dumps(report, indent=1, default=str) if args.json else format_routing(report))
+    return 0
+
+
+def graphs(args) -> int:
+    from dflash_fi.lab.graphs import cudagraph_claims, format_claims
+    from dflash_fi.steps import STEPS
+    from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
+
+    rows = [cudagraph_claims(step, capability, trtllm) for step in STEPS
+            for capability, trtllm in ((RTX_4090, False), (HOPPER, False), (BLACKWELL, True))]
+    print(json.dumps(rows, indent=1) if args.json else format_claims(rows))
+    return 0
+
+
+def walkthrough(args) -> int:
+    from dflash_fi.evidence.walkthrough import main
+
+    return main(num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
+
+
+def bench(args) -> int:
+    from dflash_fi.evidence.ledger import RUNS_DIR, gpu_slug
+    from dflash_fi.logs import LOG_DIR
+    from dflash_fi.stack import require_gpu
+
+    gpu = require_gpu(f"dflash-fi bench {args.what}")
+    name = f"{gpu_slug(gpu.name)}.bench-{args.what}.json"
+    out = Path(args.out) if args.out else (RUNS_DIR if args.record else LOG_DIR.parent / "bench") / name
+    if args.record and out.exists():
+        from dflash_fi.errors import BadInput
+
+        raise BadInput(f"{out} is already recorded and runs/ is append-only: give --out for a new file")
+    from dflash_fi.bench import write_results
+
+    if args.what == "kernels":
+        from dflash_fi.bench.kernels import run_kernel_bench
+
+        results = run_kernel_bench(quick=args.quick)
+    else:
+        from dflash_fi.bench.e2e import format_rows, run_e2e_bench
+
+        results = run_e2e_bench(quick=args.quick, shape=not args.no_shape)
+        print(format_rows(results["rows"]))
+    print(f"results: {write_results(results, out)}")
+    return 0
+
+
+def figures(args) -> int:
+    from dflash_fi.evidence.ledger import RUNS_DIR
+    from dflash_fi.figures import write_benchmark_figures
+
+    def latest(kind):
+        files = sorted(RUNS_DIR.glob(f"*.bench-{kind}*.json"))
+        return json.loads(files[-1].read_text()) if files else None
+
+    for path in write_benchmark_figures(latest("kernels"), latest("e2e")):
+        print(path)
+    return 0
+
+
+def notebooks(args) -> int:
+    from dflash_fi.evidence.notebooks import execute_notebooks
+
+    return execute_notebooks(only=args.only, timeout=args.timeout)
+
+
+def report(args) -> int:
+    from dflash_fi.evidence.report import recorded_walkthrough, render_table
+
+    records, provenance = recorded_walkthrough()
+    print(f"<!-- {provenance} -->")
+    print(render_table(records))
+    return 0
+
+
+def model_card(args) -> int:
+    from dflash_fi.models.card import write_model_card
+
+    print(write_model_card())
+    return 0

@@ -1,0 +1,12 @@
+"""The engine runner: one vLLM engine per process, and the record of what it did.
+
+    spec.py     RunSpec: what to run, checked before any process starts
+    runner.py   starts the child, collects its record (versions, GPU, commit, log file)
+    child.py    the process that runs vLLM: backends selected, CUDA-graph mode, tokens, tau, timings
+
+May import: dflash_fi.models, dflash_fi.steps, dflash_fi.plugin, dflash_fi.reference (the tokenizer),
+dflash_fi.logs, dflash_fi.stack, dflash_fi.vocabulary, dflash_fi.errors.
+"""
+
+MAY_IMPORT = ("dflash_fi.models", "dflash_fi.steps", "dflash_fi.plugin", "dflash_fi.reference", "dflash_fi.logs",
+              "dflash_fi.stack", "dflash_fi.vocabulary", "dflash_fi.errors")

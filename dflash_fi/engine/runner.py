@@ -1,0 +1,91 @@
+"""`dflash-fi run`: one vLLM engine, in its own process, for one RunSpec; its record.
+
+The parent never imports vLLM's engine: it starts `python -m dflash_fi.engine.child` with the step in
+DFLASH_FI_STEP (read by the plugin in every vLLM process) and reads back one JSON result, so a crash,
+a hang or the CUDA state of one run cannot leak into the next. Everything the engine prints (vLLM's log
+lines included) goes to the run's own log file under artifacts/logs/, which the record names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from dflash_fi.engine.spec import RunSpec
+from dflash_fi.logs import logging_config, new_log_path, relative, tail
+
+
+def model_fingerprint(path: str) -> dict:
+    """sha256 of a local model's weight files, so a record names the exact weights it ran."""
+    root = Path(path)
+    if not root.is_dir():
+        return {"id": path}
+    digests = {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(root.glob("*.safetensors"))}
+    return {"path": str(root), "weights_sha256": digests}
+
+
+def run(spec: RunSpec, command: str | None = None, gpu: int | None = None, log_path: Path | None = None) -> dict:
+    """Run one engine in a child process and return its record (never raises for a failed run).
+
+    gpu: the CUDA device index for this engine (CUDA_VISIBLE_DEVICES); None: whatever the parent sees.
+    """
+    from dflash_fi.plugin import STEP_ENV
+    from dflash_fi.stack import run_context
+
+    spec.validate()
+    log_path = Path(log_path or new_log_path(spec.label))
+    with tempfile.TemporaryDirectory(prefix="dflash-fi-run-") as tmp:
+        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+        spec_path.write_text(json.dumps(asdict(spec)))
+        config_path = Path(tmp) / "logging.json"
+        config_path.write_text(json.dumps(logging_config(log_path)))
+        env = dict(os.environ)
+        env[STEP_ENV] = str(spec.step)
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in the child: errors keep their type
+        env["VLLM_CONFIGURE_LOGGING"], env["VLLM_LOGGING_CONFIG_PATH"] = "1", str(config_path)
+        env.setdefault("HF_HUB_OFFLINE", "1")
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        child = [sys.executable, "-m", "dflash_fi.engine.child", str(spec_path), str(result_path)]
+        started = time.time()
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"== dflash-fi run {spec.label!r}: {' '.join(child)}\n")
+            log.flush()
+            try:
+                rc = subprocess.run(child, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    timeout=spec.timeout_s).returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+                log.write(f"\n== timed out after {spec.timeout_s} s\n")
+        if result_path.exists():
+            result = json.loads(result_path.read_text())
+        else:
+            result = {"ok": False, "error": {
+                "type": "ChildProcessError", "phase": "process",
+                "message": f"engine process exited with {rc} and no result; log tail:\n{tail(log_path, 30)}",
+            }}
+    result.update({
+        "label": spec.label,
+        "spec": asdict(spec),
+        "models": {"target": model_fingerprint(spec.target), "drafter": model_fingerprint(spec.drafter)},
+        "wall_s": round(time.time() - started, 2),
+        "log_file": relative(log_path),
+        "log_tail": tail(log_path, 15)[-1500:],
+        **run_context(command),
+    })
+    return result
+
+
+def outcome(record: dict) -> str:
+    """One line: 'runs, tau 4.335' or 'ValueError at selection: ...'."""
+    if record.get("ok"):
+        return f"runs, tau {record['tau']:.3f}" if record.get("tau") is not None else "runs"
+    e = record.get("error") or {}
+    return f"{e.get('type')} at {e.get('phase')}: {str(e.get('message', ''))[:160]}"

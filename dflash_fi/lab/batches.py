@@ -1,0 +1,68 @@
+"""The batches the CPU lab routes, and the `CommonAttentionMetadata` vLLM builds for each.
+
+A DFlash draft batch is what `DFlashProposer.set_inputs_first_pass` builds: every request brings one block
+of DRAFT_BLOCK_SIZE query tokens (the anchor and the masks), with `causal=False`. Target batches are what
+the model runner builds: decodes, prompt prefills, spec-decode verification (1 + 15 tokens), mixes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_PAGE_SIZE, NUM_SPECULATIVE_TOKENS
+
+N, Q = NUM_SPECULATIVE_TOKENS, DRAFT_BLOCK_SIZE
+
+
+@dataclass(frozen=True)
+class Batch:
+    name: str
+    query_lens: tuple[int, ...]
+    context_lens: tuple[int, ...]  # tokens already in the KV cache before this batch's queries
+    causal: bool
+
+    @property
+    def role(self) -> str:
+        return "target" if self.causal else "draft"
+
+
+STANDARD_BATCHES = (
+    Batch(f"DFlash draft: 4 requests x (1 + {N})", (Q,) * 4, (37, 90, 150, 301), False),
+    Batch(f"DFlash draft: 1 request x (1 + {N})", (Q,), (120,), False),
+    Batch("target decode: 4 x 1", (1, 1, 1, 1), (52, 91, 160, 311), True),
+    Batch("target prefill: 2 prompts", (97, 64), (0, 0), True),
+    Batch(f"target spec verify: 4 x (1 + {N})", (Q,) * 4, (37, 90, 150, 301), True),
+    Batch("target mixed: 2 decodes + 1 prefill", (1, 1, 50), (40, 60, 0), True),
+)
+
+
+def common_metadata(batch: Batch, page_size: int = KV_PAGE_SIZE, device: str = "cpu", first_page: int = 1):
+    """The CommonAttentionMetadata vLLM's runner (target) or DFlashProposer (draft) builds for a batch.
+
+    Requests own consecutive pages from `first_page` on; the `*_cpu` tensors stay on the CPU, as in vLLM.
+    """
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    q = torch.tensor(batch.query_lens, dtype=torch.int32)
+    seq = q + torch.tensor(batch.context_lens, dtype=torch.int32)
+    qsl = torch.zeros(len(q) + 1, dtype=torch.int32)
+    qsl[1:] = torch.cumsum(q, 0)
+    blocks = (seq + page_size - 1) // page_size
+    block_table = torch.zeros(len(q), int(blocks.max()) if len(q) else 1, dtype=torch.int32)
+    next_block = first_page
+    for r, n in enumerate(blocks.tolist()):
+        block_table[r, :n] = torch.arange(next_block, next_block + n)
+        next_block += n
+    slots = []
+    for r in range(len(q)):
+        for pos in range(int(seq[r] - q[r]), int(seq[r])):
+            slots.append(int(block_table[r, pos // page_size]) * page_size + pos % page_size)
+    return CommonAttentionMetadata(
+        query_start_loc=qsl.to(device), query_start_loc_cpu=qsl.clone(), seq_lens=seq.to(device),
+        _seq_lens_cpu=seq.clone(),
+        num_reqs=len(q), num_actual_tokens=int(q.sum()), max_query_len=int(q.max()) if len(q) else 0,
+        max_seq_len=int(seq.max()) if len(q) else 0, block_table_tensor=block_table.to(device),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device), causal=batch.causal,
+    )

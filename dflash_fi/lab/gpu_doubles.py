@@ -1,0 +1,94 @@
+"""Test doubles for the only parts of FlashInfer's metadata building that need a GPU.
+
+`FlashInferMetadataBuilder.build()` decides the routing of a batch in plain Python, then hands the
+decision to FlashInfer wrapper objects (`plan()` JIT-loads CUDA kernels) and to one Triton kernel. These
+doubles stand in for exactly those, record every call, and mirror the one piece of wrapper state vLLM
+reads back: `_causal`, set by `plan(causal=...)`. On a GPU the same `build()` runs with the real objects
+(see the walkthrough's runs), so the doubles never decide anything themselves.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from types import ModuleType
+from unittest import mock
+
+import torch
+
+
+class PrefillWrapperDouble:
+    """Double of flashinfer.BatchPrefillWithPagedKVCacheWrapper (its CUDA-graph mode too: fixed batch size)."""
+
+    def __init__(self, workspace_buffer=None, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
+                 backend="auto", **kwargs):
+        self.kv_layout, self.backend, self.use_cuda_graph = kv_layout, backend, use_cuda_graph
+        self.fixed_batch_size = len(qo_indptr_buf) - 1 if use_cuda_graph else None
+        self.plans: list[dict] = []
+        self._causal = None
+
+    def plan(self, qo_indptr=None, *args, causal: bool = False, **kwargs):
+        if self.use_cuda_graph and len(qo_indptr) - 1 != self.fixed_batch_size:  # as FlashInfer refuses it
+            raise ValueError(f"batch size {len(qo_indptr) - 1} planned on a CUDA-graph wrapper of "
+                             f"batch size {self.fixed_batch_size}")
+        self._causal = causal
+        self._window_left = kwargs.get("window_left", -1)
+        self._logits_soft_cap = kwargs.get("logits_soft_cap") or 0.0
+        self._sm_scale = kwargs.get("sm_scale")
+        self.plans.append({"causal": causal, **{k: v for k, v in kwargs.items() if not torch.is_tensor(v)}})
+
+
+class DecodeWrapperDouble:
+    """Double of flashinfer.BatchDecodeWithPagedKVCacheWrapper (planned through vLLM's fast_plan_decode)."""
+
+    def __init__(self, workspace_buffer=None, kv_layout="NHD", **kwargs):
+        self.plans: list[dict] = []
+
+
+class CascadeWrapperDouble:
+    """Double of flashinfer.MultiLevelCascadeAttentionWrapper."""
+
+    def __init__(self, num_levels=2, workspace_buffer=None, kv_layout="NHD", **kwargs):
+        self.plans: list[dict] = []
+
+    def plan(self, *args, causal: bool = True, **kwargs):
+        self.plans.append({"causal": causal})
+
+
+def fast_plan_decode_double(wrapper, *args, **kwargs):
+    """Double of vLLM's fast_plan_decode (it calls into the real decode wrapper's planner)."""
+    wrapper.plans.append({k: v for k, v in kwargs.items() if not torch.is_tensor(v)})
+
+
+class CopyPageIndicesKernelDouble:
+    """Double of the Triton kernel `_copy_page_indices_kernel[grid](...)`, computed with torch on the CPU."""
+
+    def __getitem__(self, grid):
+        def launch(page_indices, block_table, block_table_stride, cu_num_blocks, BLOCK_SIZE):
+            for req in range(grid[0]):
+                start, end = int(cu_num_blocks[req]), int(cu_num_blocks[req + 1])
+                page_indices[start:end] = block_table[req, : end - start]
+
+        return launch
+
+
+@contextmanager
+def flashinfer_gpu_doubles(backend_module: ModuleType):
+    """Swap the GPU-only names of one FlashInfer backend module (stock or patched) for the doubles."""
+    replacements = {
+        "BatchPrefillWithPagedKVCacheWrapper": PrefillWrapperDouble,
+        "BatchDecodeWithPagedKVCacheWrapper": DecodeWrapperDouble,
+        "MultiLevelCascadeAttentionWrapper": CascadeWrapperDouble,
+        "fast_plan_decode": fast_plan_decode_double,
+        "_copy_page_indices_kernel": CopyPageIndicesKernelDouble(),
+    }
+    with ExitStack() as stack:
+        for name, double in replacements.items():
+            stack.enter_context(mock.patch.object(backend_module, name, double))
+        yield
+
+
+class DcpGroupDouble:
+    """Double of a decode-context-parallel process group (needs several GPUs and NCCL)."""
+
+    def __init__(self, world_size: int = 2, rank_in_group: int = 0):
+        self.world_size, self.rank_in_group = world_size, rank_in_group

@@ -1,0 +1,248 @@
+"""`dflash-fi routing`: drive the real `FlashInferMetadataBuilder.build()` of a step on any machine.
+
+For a DFlash draft batch and for target batches (`dflash_fi.lab.batches`) this reports what the builder
+decided: decode/prefill split, which wrapper (shared causal, separate non-causal, CUDA-graph) or TRTLLM
+path, the kernel the wrapper asks for, the `causal` handed to `plan()`, `metadata.causal`, and whether
+DFlash's own check passes (`DFlashProposer.build_per_group_and_layer_attn_metadata` requires
+`causal is False` on every draft layer; its real code runs here).
+
+Everything is vLLM 0.22.1's own code and configuration classes, on the embedded model pair, under
+`pretend_gpu` (compute capability; `trtllm=True` = TRTLLM available as on Blackwell). Only FlashInfer's
+wrapper objects and one Triton kernel are doubles (`dflash_fi.lab.gpu_doubles`).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import ExitStack
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
+from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET
+from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_PAGE_SIZE, NUM_SPECULATIVE_TOKENS, sm
+
+
+class _Collect(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+class RoutingLab:
+    """A step's target and draft FlashInfer builders, as vLLM would make them for the embedded pair."""
+
+    def __init__(self, step: int, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto",
+                 dcp: bool = False, cuda_graphs: bool = False, target_dir: Path = DEFAULT_TARGET,
+                 drafter_dir: Path = DEFAULT_DRAFTER, on_gpu: bool = False):
+        """on_gpu: the builders as on a real GPU (this machine's), with FlashInfer's real wrappers, no doubles."""
+        from dflash_fi.steps import check_step
+
+        self.step, self.capability, self.trtllm = check_step(step), tuple(capability), trtllm
+        self.kv_cache_dtype, self.dcp, self.cuda_graphs, self.on_gpu = kv_cache_dtype, dcp, cuda_graphs, on_gpu
+        self.target_dir, self.drafter_dir = Path(target_dir), Path(drafter_dir)
+        self._stack: ExitStack | None = None
+
+    def __enter__(self) -> "RoutingLab":
+        self._stack = ExitStack()
+        try:
+            self._enter(self._stack)
+        except BaseException:
+            self._stack.close()  # leave no pretended GPU or FLASHINFER override behind
+            raise
+        return self
+
+    def _enter(self, stack: ExitStack) -> None:
+        from vllm import logger as vllm_logger
+        from vllm.config import (AttentionConfig, CacheConfig, CompilationConfig, DeviceConfig, ModelConfig,
+                                 ParallelConfig, SchedulerConfig, SpeculativeConfig, VllmConfig,
+                                 set_current_vllm_config)
+        from vllm.model_executor.layers.attention import Attention
+        from vllm.utils.torch_utils import set_default_torch_dtype
+        from vllm.v1.spec_decode.dflash import DFlashProposer
+
+        from dflash_fi.lab.gpu_doubles import DcpGroupDouble, flashinfer_gpu_doubles
+        from dflash_fi.lab.pretend_gpu import pretend_gpu
+        from dflash_fi.plugin import using_step
+        from dflash_fi.steps import backend_module
+
+        # Model configs are read before pretending: inspecting model classes imports CUDA-only kernels.
+        model_config = ModelConfig(model=str(self.target_dir), tokenizer=str(self.target_dir),
+                                   dtype="bfloat16", max_model_len=1024, enforce_eager=not self.cuda_graphs)
+        parallel_config = ParallelConfig()
+        spec_config = SpeculativeConfig(
+            method="dflash", model=str(self.drafter_dir), num_speculative_tokens=NUM_SPECULATIVE_TOKENS,
+            attention_backend="FLASHINFER", target_model_config=model_config,
+            target_parallel_config=parallel_config)
+        if not self.on_gpu:
+            stack.enter_context(pretend_gpu(self.capability, trtllm=self.trtllm))
+        stack.enter_context(using_step(self.step))
+        self.module = backend_module(self.step)
+        if not self.on_gpu:
+            stack.enter_context(flashinfer_gpu_doubles(self.module))
+        if self.dcp:
+            stack.enter_context(mock.patch.object(self.module, "get_dcp_group", lambda: DcpGroupDouble(2, 0)))
+        vllm_logger._print_warning_once.cache_clear()  # as in a fresh vLLM process
+        self.warnings = _Collect()
+        self.module.logger.addHandler(self.warnings)
+        stack.callback(self.module.logger.removeHandler, self.warnings)
+
+        self.vllm_config = VllmConfig(
+            model_config=model_config, parallel_config=parallel_config, speculative_config=spec_config,
+            cache_config=CacheConfig(block_size=KV_PAGE_SIZE, cache_dtype=self.kv_cache_dtype),
+            attention_config=AttentionConfig(backend="FLASHINFER"), device_config=DeviceConfig(device="cuda"),
+            scheduler_config=SchedulerConfig(max_model_len=1024, is_encoder_decoder=False),
+            compilation_config=CompilationConfig(
+                cudagraph_mode="FULL_AND_PIECEWISE" if self.cuda_graphs else "NONE"),
+        )
+        # DFlash's own derivation of the draft config (use_non_causal=True, speculative attention_backend).
+        proposer = object.__new__(DFlashProposer)
+        proposer.vllm_config, proposer.speculative_config = self.vllm_config, spec_config
+        self.draft_config = proposer._create_draft_vllm_config()
+        self._proposer = proposer
+
+        num_target = model_config.hf_config.num_hidden_layers
+        num_draft = spec_config.draft_model_config.hf_config.num_hidden_layers
+        hf = model_config.hf_config
+
+        def make_layers(names, **kwargs):
+            return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
+                              num_kv_heads=hf.num_key_value_heads, cache_config=config.cache_config,
+                              prefix=name, **kwargs) for name in names]
+        self.builders, self.selection = {}, {}
+        for role, config, names in (
+            ("target", self.vllm_config, [f"model.layers.{i}.self_attn.attn" for i in range(num_target)]),
+            ("draft", self.draft_config,
+             [f"model.layers.{num_target + i}.self_attn.attn" for i in range(num_draft)]),
+        ):
+            with set_current_vllm_config(config), set_default_torch_dtype(torch.bfloat16):
+                try:  # vLLM's selector, as at engine start
+                    layers = make_layers(names)
+                    self.selection[role] = "FLASHINFER accepted"
+                except ValueError as exc:
+                    # Stock rejects FlashInfer for the draft; build the layers on it anyway, to show
+                    # what its builder would do with a non-causal batch.
+                    self.selection[role] = f"rejected: {exc}"
+                    layers = make_layers(names, attn_backend=self.module.FlashInferBackend)
+                spec = layers[0].get_kv_cache_spec(config)
+                builder_cls = layers[0].attn_backend.get_builder_cls()
+                builder = builder_cls(spec, names, config, torch.device("cuda" if self.on_gpu else "cpu"))
+            if not self.on_gpu:
+                builder.set_workspace_buffer(torch.empty(0, dtype=torch.uint8))  # wrappers are doubles
+            self.builders[role] = (builder, names, config)
+        self.kv_cache_spec = spec
+
+    def __exit__(self, *exc):
+        self._stack.close()
+
+    def route(self, batch: Batch) -> dict:
+        from vllm.config import set_current_vllm_config
+        from vllm.v1.spec_decode.dflash import DFlashProposer
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+        builder, names, config = self.builders[batch.role]
+        row = {"batch": batch.name, "role": batch.role, "causal_in": batch.causal,
+               "selection": self.selection[batch.role],
+               "reorder_batch_threshold": builder.reorder_batch_threshold}
+        cad = common_metadata(batch)
+        try:
+            with set_current_vllm_config(config):
+                md = builder.build(0, cad)
+        except NotImplementedError as exc:
+            row["error"] = f"NotImplementedError: {exc}"
+            return row
+        prefill = md.prefill
+        prefill_kernel = None
+        if prefill is None:
+            prefill_path, plan_causal = None, None
+        elif type(prefill).__name__ == "TRTLLMPrefill":
+            prefill_path, plan_causal = "TRTLLM prefill", None
+        else:
+            wrapper = prefill.wrapper
+            if getattr(wrapper, "use_cuda_graph", False):
+                prefill_path = f"FlashInfer prefill (CUDA-graph wrapper, batch size {wrapper.fixed_batch_size})"
+            elif wrapper is getattr(builder, "_noncausal_prefill_wrapper", None):
+                prefill_path = "FlashInfer prefill (separate non-causal wrapper)"
+            else:
+                prefill_path = "FlashInfer prefill (shared causal wrapper)"
+            plan_causal, prefill_kernel = wrapper.plans[-1]["causal"], wrapper.backend
+        decode = md.decode
+        decode_path = None if decode is None else (
+            "TRTLLM decode" if type(decode).__name__ == "TRTLLMDecode" else "FlashInfer decode wrapper")
+        row.update({
+            "num_decodes": md.num_decodes, "num_prefills": md.num_prefills,
+            "num_decode_tokens": md.num_decode_tokens, "num_prefill_tokens": md.num_prefill_tokens,
+            "prefill": prefill_path, "prefill_kernel": prefill_kernel, "decode": decode_path,
+            "plan_causal": plan_causal,
+            "cascade": md.use_cascade,
+            "metadata_causal": getattr(md, "causal", "absent"),
+        })
+        if batch.role == "draft":
+            per_layer = {name: md for name in names}
+            with mock.patch.object(SpecDecodeBaseProposer, "build_per_group_and_layer_attn_metadata",
+                                   return_value=([md], per_layer)):
+                try:
+                    DFlashProposer.build_per_group_and_layer_attn_metadata(self._proposer, cad)
+                    row["dflash_check"] = "pass"
+                except AssertionError as exc:
+                    row["dflash_check"] = f"fail: {str(exc).split(',')[0]}"
+        return row
+
+    def route_all(self, batches=STANDARD_BATCHES) -> list[dict]:
+        return [self.route(b) for b in batches]
+
+
+def routing_report(step: int | str, trtllm: bool = False, capability=None, kv_cache_dtype: str = "auto",
+                   cuda_graphs: bool = False) -> dict:
+    from dflash_fi.steps import check_step
+
+    step = check_step(step)
+    capability = tuple(capability or (BLACKWELL if trtllm else HOPPER))
+    with RoutingLab(step, capability, trtllm=trtllm, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs) as lab:
+        rows = lab.route_all()
+        warnings = [m for m in lab.warnings.messages if "non-causal" in m or "DFlash" in m]
+    return {"step": step, "capability": sm(capability), "trtllm_available": trtllm,
+            "kv_cache_dtype": kv_cache_dtype, "cuda_graphs": cuda_graphs, "batches": rows,
+            "dflash_warnings": warnings}
+
+
+def format_routing(report: dict) -> str:
+    lines = [f"step {report['step']}, SM {report['capability']}, KV cache {report['kv_cache_dtype']}, TRTLLM "
+             f"{'available (forced)' if report['trtllm_available'] else 'not available'}"
+             f"{', CUDA graphs' if report.get('cuda_graphs') else ''}"]
+    for b in report["batches"]:
+        if "error" in b:
+            lines.append(f"  {b['batch']:<40} {b['error']}")
+            continue
+        paths = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
+        plan = "" if b["plan_causal"] is None else f", plan(causal={b['plan_causal']}, {b['prefill_kernel']})"
+        check = f", DFlash check {b['dflash_check']}" if "dflash_check" in b else ""
+        lines.append(f"  {b['batch']:<40} {b['num_decodes']}D/{b['num_prefills']}P via {paths}{plan}, "
+                     f"metadata.causal={b['metadata_causal']}{check}")
+    for w in report["dflash_warnings"]:
+        lines.append(f"  warning (logged once): {w}")
+    return "\n".join(lines)
+
+
+def routing_table(steps, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto",
+                  cuda_graphs: bool = False) -> str:
+    """Markdown: what each standard batch becomes (decode/prefill split, path, plan) at each step."""
+    reports = {s: routing_report(s, trtllm, capability, kv_cache_dtype, cuda_graphs) for s in steps}
+    lines = ["| batch | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|" + "---|" * len(steps)]
+    for i, batch in enumerate(STANDARD_BATCHES):
+        cells = []
+        for s in steps:
+            b = reports[s]["batches"][i]
+            if "error" in b:
+                cells.append(b["error"].split(":")[0])
+                continue
+            path = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
+            plan = "" if b["plan_causal"] is None else f", plan causal={b['plan_causal']}"
+            cells.append(f"{b['num_decodes']}D/{b['num_prefills']}P, {path}{plan}")
+        lines.append(f"| {batch.name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

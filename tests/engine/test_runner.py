@@ -1,0 +1,83 @@
+"""The runner's record: what vLLM selected, what failed and where, and vLLM's own spec-decode counters."""
+
+from pathlib import Path
+
+import pytest
+
+from dflash_fi.engine import child
+from dflash_fi.engine.runner import run
+from dflash_fi.engine.spec import RunSpec
+from dflash_fi.errors import BadInput, MissingModelFiles, UnknownStep
+
+
+def test_backends_split_into_target_and_draft_layers():
+    layers = {f"model.layers.{i}.self_attn.attn": "vllm...FlashAttentionBackend" for i in range(4)}
+    layers.update({f"model.layers.{i}.self_attn.attn": "dflash_fi.patched.step3.FlashInferBackend" for i in (4, 5)})
+    assert child._split_backends(layers, 4) == {
+        "target": ["vllm...FlashAttentionBackend"], "draft": ["dflash_fi.patched.step3.FlashInferBackend"]}
+
+
+def test_failure_phase():
+    selection = ValueError("Selected backend AttentionBackendEnum.FLASHINFER is not valid for this configuration.")
+    assert child._phase(selection, "engine start") == "selection"
+    namespace = {}
+    exec(compile("def propose():\n    raise AssertionError('no non-causal support')\n",
+                 "/site-packages/vllm/v1/spec_decode/dflash.py", "exec"), namespace)
+    try:
+        namespace["propose"]()
+    except AssertionError as exc:
+        assert child._phase(exc, "generation") == "first draft step"
+    assert child._phase(RuntimeError("oom"), "generation") == "generation"
+
+
+def test_acceptance_between_two_readings_of_vllms_counters():
+    from vllm.v1.metrics.reader import Counter, Vector
+
+    class LLMStub:  # only get_metrics() is used; the metric objects are vLLM's own
+        def __init__(self, drafts, accepted, per_pos):
+            self.metrics = [Counter("vllm:spec_decode_num_drafts", {}, drafts),
+                            Counter("vllm:spec_decode_num_draft_tokens", {}, 15 * drafts),
+                            Counter("vllm:spec_decode_num_accepted_tokens", {}, accepted),
+                            Vector("vllm:spec_decode_num_accepted_tokens_per_pos", {}, per_pos)]
+
+        def get_metrics(self):
+            return self.metrics
+
+    before = child._counters(LLMStub(4, 10, [4, 3, 2, 1] + [0] * 11))
+    after = child._counters(LLMStub(14, 38, [13, 10, 7, 5, 3] + [0] * 10))
+    m = child._acceptance(before, after)  # this generate alone: 10 drafts, 28 accepted
+    assert m["num_drafts"] == 10 and m["tau"] == pytest.approx(3.8)
+    assert m["per_position_acceptance"][:3] == [0.9, 0.7, 0.5]
+    nothing = child._acceptance(after, after)
+    assert nothing["tau"] is None and nothing["per_position_acceptance"] is None
+
+
+@pytest.mark.parametrize("change, error, message", [
+    ({"draft_backend": "TRITON_ATTN"}, BadInput, "draft backend 'TRITON_ATTN'"),
+    ({"target_backend": "TRITON_ATTN"}, BadInput, "target backend 'TRITON_ATTN'"),
+    ({"kv_cache_dtype": "nvfp4"}, BadInput, "KV cache dtype 'nvfp4'"),
+    ({"drafter": "./missing"}, MissingModelFiles, "neither an existing model directory nor a hub id"),
+    ({"num_gpu_blocks": 0}, BadInput, "--num-gpu-blocks"),
+    ({"num_prompts": 0}, BadInput, "--prompts must be at least 1"),
+    ({"max_new_tokens": -1}, BadInput, "--max-new-tokens must be at least 1"),
+    ({"batch_sizes": (1, 64), "num_prompts": 32}, BadInput, "a batch size"),
+    ({"step": 9}, UnknownStep, "unknown step 9"),
+    ({"gpu_memory_utilization": 1.5}, BadInput, "--gpu-memory-utilization"),
+])
+def test_bad_run_specs_fail_fast(change, error, message):
+    with pytest.raises(error, match=message):
+        RunSpec(label="x", **change).validate()
+
+
+def test_a_failed_engine_still_leaves_a_complete_record():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine where vLLM cannot start an engine")
+    record = run(RunSpec(label="cpu", step=3, num_prompts=1, max_new_tokens=4, timeout_s=300))
+    assert record["ok"] is False and record["error"]["phase"] in ("engine start", "selection")
+    assert record["error"]["type"] and record["error"]["message"]
+    assert record["versions"]["vllm"] == "0.22.1" and record["spec"]["step"] == 3
+    assert set(record["models"]["target"]["weights_sha256"]) == {"model.safetensors"}
+    log = Path(record["log_file"])
+    assert log.is_file() and "dflash-fi run 'cpu'" in log.read_text()  # the engine's output went to its log

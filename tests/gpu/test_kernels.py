@@ -1,0 +1,76 @@
+"""GPU-only: FlashInfer's real kernels against the reference, step 6's CUDA-graph wrappers replaying new plans,
+and the walkthrough's checks on live engines (recorded in a temporary ledger, never in runs/)."""
+
+import pytest
+import torch
+
+from dflash_fi.lab.batches import Batch, common_metadata
+from dflash_fi.reference.paged_attention import paged_attention_reference
+from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_PAGE_SIZE
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.step3
+@pytest.mark.step5
+def test_flashinfer_non_causal_paged_prefill_matches_the_reference():
+    from dflash_fi.bench.accuracy import ERROR_BOUND, kernel_errors
+
+    rows = kernel_errors()
+    assert {(r["kv_dtype"], r["backend"]) for r in rows} == {(kv, b) for kv in ("bf16", "fp8-e4m3") for b in ("fa2", "auto")}
+    for r in rows:
+        assert r["max_abs_err"] < ERROR_BOUND < r["distance_to_causal"], r  # right, and not the causal answer
+
+
+@pytest.mark.step6
+@pytest.mark.parametrize("causal", [False, True])
+def test_step6_graph_wrapper_replays_a_new_plan(causal):
+    """Capture run() once, plan another batch of the same size (other lengths, other pages), replay: the replay
+    computes the new batch. This is what a full CUDA graph of step 6 relies on."""
+    from vllm.config import set_current_vllm_config
+
+    from dflash_fi.lab.routing import RoutingLab
+
+    torch.manual_seed(0)
+    with RoutingLab(6, cuda_graphs=True, on_gpu=True) as lab:
+        builder, _, config = lab.builders["target" if causal else "draft"]
+        hq, hkv, d = builder.num_qo_heads, builder.num_kv_heads, builder.head_dim
+        kv = torch.randn(400, 2, KV_PAGE_SIZE, hkv, d, dtype=torch.bfloat16, device="cuda")
+        first = Batch("first", (DRAFT_BLOCK_SIZE,) * 4, (37, 90, 150, 301), causal)
+        second = Batch("second", (DRAFT_BLOCK_SIZE,) * 4, (200, 17, 64, 120), causal)
+        with set_current_vllm_config(config):
+            md = builder.build(0, common_metadata(first, device="cuda", first_page=3))
+            wrapper = md.prefill.wrapper
+            assert wrapper.is_cuda_graph_enabled and wrapper._causal is causal
+            q = torch.randn(4 * DRAFT_BLOCK_SIZE, hq, d, dtype=torch.bfloat16, device="cuda")
+            out = torch.empty_like(q)
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                wrapper.run(q, kv, out=out)
+            torch.cuda.current_stream().wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                wrapper.run(q, kv, out=out)
+            cad = common_metadata(second, device="cuda", first_page=120)
+            again = builder.build(0, cad)
+        assert again.prefill.wrapper is wrapper  # the same captured wrapper, planned anew
+        q.copy_(torch.randn_like(q))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        seq_lens = cad.seq_lens_cpu
+        ref = paged_attention_reference(q, kv, cad.block_table_tensor, seq_lens, cad.query_start_loc_cpu, causal)
+        torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_walkthrough_checks_pass_on_live_engines(tmp_path):
+    from dflash_fi.evidence.walkthrough import run_gpu_walkthrough
+    from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
+    from dflash_fi.reference.evaluate import evaluate_pair
+
+    reference = evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=32), 128, device="cuda")
+    _, checks = run_gpu_walkthrough(32, 128, reference, runs_dir=tmp_path)
+    failed = [c.line() for c in checks if c.passed is not True]
+    assert not failed, "\n".join(failed)
+    assert list(tmp_path.glob("*.jsonl"))  # the records went to the temporary ledger

@@ -1,0 +1,42 @@
+"""What each step claims about CUDA graphs, and what vLLM 0.22.1's runner resolves from the claims (on the CPU)."""
+
+import pytest
+
+from dflash_fi.lab.graphs import cudagraph_claims
+from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
+
+DOWNGRADE = ("CUDAGraphMode.FULL_AND_PIECEWISE is not supported with spec-decode for attention backend "
+             "FlashInferBackend (support: AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE); setting cudagraph_mode=PIECEWISE")
+
+
+@pytest.mark.step4
+@pytest.mark.parametrize("capability, flash_attn", [(RTX_4090, "UNIFORM_BATCH"), (HOPPER, "ALWAYS")])  # FA2, FA3
+def test_step4_flashinfer_draft_costs_the_engine_its_full_graphs(capability, flash_attn):
+    claims = cudagraph_claims(4, capability)
+    assert claims["flashinfer_claim"] == "UNIFORM_SINGLE_TOKEN_DECODE" and claims["flash_attn_claim"] == flash_attn
+    assert claims["requested_mode"] == "FULL_AND_PIECEWISE" and claims["resolved_mode"] == "PIECEWISE"
+    assert claims["vllm_warnings"] == [DOWNGRADE]  # vLLM's own words, as the engine logs them
+
+
+@pytest.mark.step5
+def test_step5_no_uniform_batch_claim_for_non_causal_on_blackwell():
+    """#48167: with TRTLLM, step 4 claims UNIFORM_BATCH even when asked with the draft's (non-causal) config."""
+    four, five = cudagraph_claims(4, BLACKWELL, trtllm=True), cudagraph_claims(5, BLACKWELL, trtllm=True)
+    assert four["flashinfer_claim_draft_config"] == "UNIFORM_BATCH"
+    assert five["flashinfer_claim_draft_config"] == "UNIFORM_SINGLE_TOKEN_DECODE"
+    assert five["flashinfer_claim"] == four["flashinfer_claim"] == "UNIFORM_BATCH"  # causal claim unchanged
+    assert five["resolved_mode"] == four["resolved_mode"] == "FULL_AND_PIECEWISE"
+
+
+@pytest.mark.step6
+@pytest.mark.parametrize("capability, trtllm", [(RTX_4090, False), (HOPPER, False), (BLACKWELL, True)])
+def test_step6_keeps_full_and_piecewise(capability, trtllm):
+    claims = cudagraph_claims(6, capability, trtllm=trtllm)
+    assert claims["flashinfer_claim"] == claims["flashinfer_claim_draft_config"] == "UNIFORM_BATCH"
+    assert claims["resolved_mode"] == "FULL_AND_PIECEWISE" and claims["vllm_warnings"] == []
+
+
+@pytest.mark.step6
+def test_step6_keeps_the_old_claim_where_no_graph_wrapper_exists():
+    claims = cudagraph_claims(6, HOPPER, kv_cache_dtype="fp8")
+    assert claims["flashinfer_claim"] == "UNIFORM_BATCH"  # fp8 has graph wrappers; NVFP4/DCP keep step 5's answer

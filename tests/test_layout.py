@@ -1,0 +1,51 @@
+"""The package's layout is its architecture: each part imports only what its folder says it may."""
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "dflash_fi"
+SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench")
+TOP_LEVEL = {  # top-level modules: what each may import from dflash_fi
+    "vocabulary": (), "errors": (), "logs": (), "stack": ("dflash_fi.errors",),
+    "plugin": ("dflash_fi.steps", "dflash_fi.stack", "dflash_fi.errors"),
+}
+MAX_LINES = 260
+
+
+def imports_of(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dflash_fi"):
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("dflash_fi"))
+    return names
+
+
+def part(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_each_part_imports_only_what_its_folder_allows(name):
+    package = importlib.import_module(f"dflash_fi.{name}")
+    assert package.__doc__ and "May import:" in package.__doc__
+    allowed = set(package.MAY_IMPORT)
+    for path in (PACKAGE / name).glob("*.py"):
+        outside = {part(m) for m in imports_of(path)} - {f"dflash_fi.{name}"}
+        assert outside <= allowed, f"{path.name} imports {sorted(outside - allowed)}"
+
+
+@pytest.mark.parametrize("name", TOP_LEVEL)
+def test_the_shared_modules_sit_at_the_bottom(name):
+    assert {part(m) for m in imports_of(PACKAGE / f"{name}.py")} <= set(TOP_LEVEL[name])
+
+
+def test_no_module_is_too_long_and_none_lives_outside_the_parts():
+    for path in PACKAGE.rglob("*.py"):
+        assert len(path.read_text().splitlines()) <= MAX_LINES, f"{path} is over {MAX_LINES} lines"
+    top = {p.stem for p in PACKAGE.glob("*.py")}
+    assert top == {"__init__", *TOP_LEVEL, "cli", "commands", "figures", "notebook"}
