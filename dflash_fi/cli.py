@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("what", choices=["kernels", "e2e"])
     p.add_argument("--quick", action="store_true", help="a few shapes only, to try the command")
     p.add_argument("--no-shape", action="store_true", help="e2e: leave out the Qwen3-4B-shaped engines")
+    p.add_argument("--kv-cache-dtype", default=None, choices=KV_CACHE_DTYPES,
+                   help="e2e: only this KV dtype (a results file of its own; they are read together)")
     p.add_argument("--record", action="store_true", help="write runs/<gpu>.bench-<what>.json (committed evidence)")
     p.add_argument("--out", default=None, help="results file (default: artifacts/bench/, or runs/ with --record)")
 

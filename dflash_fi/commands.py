@@ -125,7 +125,8 @@ def bench(args) -> int:
     from dflash_fi.stack import require_gpu
 
     gpu = require_gpu(f"dflash-fi bench {args.what}")
-    name = f"{gpu_slug(gpu.name)}.bench-{args.what}.json"
+    part = f"-{args.kv_cache_dtype}" if args.what == "e2e" and args.kv_cache_dtype else ""
+    name = f"{gpu_slug(gpu.name)}.bench-{args.what}{part}.json"
     out = Path(args.out) if args.out else (RUNS_DIR if args.record else LOG_DIR.parent / "bench") / name
     if args.record and out.exists():
         from dflash_fi.errors import BadInput
@@ -140,7 +141,10 @@ def bench(args) -> int:
     else:
         from dflash_fi.bench.e2e import format_rows, run_e2e_bench
 
-        results = run_e2e_bench(quick=args.quick, shape=not args.no_shape)
+        from dflash_fi.vocabulary import KV_CACHE_DTYPES
+
+        kv = (args.kv_cache_dtype,) if args.kv_cache_dtype else KV_CACHE_DTYPES
+        results = run_e2e_bench(quick=args.quick, shape=not args.no_shape, kv_dtypes=kv)
         print(format_rows(results["rows"]))
     print(f"results: {write_results(results, out)}")
     return 0

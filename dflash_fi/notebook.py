@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 # Live runs are smaller than the walkthrough's: engine start-up dominates either way.
 LIVE_PROMPTS, LIVE_NEW_TOKENS = 16, 96
-LIVE_KV_CACHE_BYTES = 512 << 20  # the walkthrough's 2048 pages of 16 tokens for the embedded pair need 192 MiB
 
 
 @dataclass
@@ -35,7 +34,7 @@ class Session:
 
     def run_live(self, labels: list[str]) -> dict | None:
         """Run the walkthrough's rows `labels` here, on this GPU, small; None (and a note) without a GPU."""
-        from dflash_fi.engine.pool import run_engines, visible_gpus
+        from dflash_fi.engine.pool import run_engines, share_gpus
         from dflash_fi.evidence.plan import expected_to_fail, walkthrough_plan
         from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
         from dflash_fi.reference.evaluate import evaluate_pair
@@ -47,9 +46,7 @@ class Session:
             self.live_reference = evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=LIVE_PROMPTS),
                                                 LIVE_NEW_TOKENS, device="cuda")
         specs = [s for s in walkthrough_plan(LIVE_PROMPTS, LIVE_NEW_TOKENS) if s.label in labels]
-        for spec in specs:  # several small engines share one GPU
-            spec.gpu_memory_utilization, spec.kv_cache_memory_bytes = 0.12, LIVE_KV_CACHE_BYTES
-        slots = visible_gpus() * engines_per_gpu()
+        slots = share_gpus(specs)
         records = run_engines(specs, slots, f"notebook {self.name}", expected_to_fail=expected_to_fail,
                               print_fn=lambda line: print(line.split("  artifacts/")[0]))
         self.live.update(records)
@@ -75,14 +72,6 @@ class Session:
         for c in checks:
             print(c.line())
         return checks
-
-
-def engines_per_gpu() -> int:
-    """Small engines that can share one GPU: one per 40 GB (an RTX 4090 runs them one at a time)."""
-    import torch
-
-    total = torch.cuda.get_device_properties(0).total_memory / 2**30
-    return max(1, min(3, int(total // 40)))
 
 
 def setup(name: str) -> Session:

@@ -11,11 +11,15 @@ RUNS_DIR = REPO_ROOT / "runs"
 
 
 def latest_results(kind: str) -> dict:
-    """The newest `runs/*.bench-<kind>*.json` (by the time it finished)."""
+    """The newest `runs/*.bench-<kind>*.json`, with the rows of every part run at the same commit on the same GPU
+    (`bench e2e --kv-cache-dtype` writes one file per KV dtype)."""
     files = sorted(RUNS_DIR.glob(f"*.bench-{kind}*.json"))
     if not files:
         raise NoRecord(f"no {kind} benchmark is recorded under runs/: run `dflash-fi bench {kind} --record` on a GPU")
-    return max((json.loads(f.read_text()) for f in files), key=lambda r: r["finished_at"])
+    results = [json.loads(f.read_text()) for f in files]
+    newest = max(results, key=lambda r: r["finished_at"])
+    parts = [r for r in results if (r["git_commit"], r["gpu"]) == (newest["git_commit"], newest["gpu"])]
+    return {**newest, "rows": [row for r in sorted(parts, key=lambda r: r["finished_at"]) for row in r["rows"]]}
 
 
 def _median_ms(rows, **where) -> float | None:

@@ -11,6 +11,26 @@ from dflash_fi.engine.runner import outcome, run
 from dflash_fi.logs import tail
 
 
+# Small engines sharing one GPU reserve their KV cache outright: vLLM's memory profiling would count the
+# other engines' allocations as their own.
+SHARED_GPU_MEMORY_UTILIZATION, SHARED_GPU_KV_CACHE_BYTES = 0.12, 512 << 20
+
+
+def engines_per_gpu() -> int:
+    """Small engines that can share one GPU: one per 40 GB (an RTX 4090 runs them one at a time)."""
+    import torch
+
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return max(1, min(3, int(total // 40)))
+
+
+def share_gpus(specs) -> list[str]:
+    """Size `specs` to share GPUs (correctness runs, not timings) and return the engine slots to run them in."""
+    for spec in specs:
+        spec.gpu_memory_utilization, spec.kv_cache_memory_bytes = SHARED_GPU_MEMORY_UTILIZATION, SHARED_GPU_KV_CACHE_BYTES
+    return visible_gpus() * engines_per_gpu()
+
+
 def visible_gpus() -> list[str]:
     """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES names them for a child."""
     import torch

@@ -6,6 +6,7 @@ from dflash_fi.engine.spec import RunSpec
 
 # Every run gets the same KV cache (32 prompts x (97 + 128 + 16 draft) tokens need 512 blocks of 16) rather
 # than one sized from the memory free at start-up: one difference fewer between the engines compared.
+# (The engines share GPUs where there is room: dflash_fi.engine.pool.share_gpus.)
 WALKTHROUGH_KV_BLOCKS = 2048
 
 NO_SPEC = "no speculation"

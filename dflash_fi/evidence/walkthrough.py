@@ -28,12 +28,13 @@ def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, 
     walkthrough_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
     for spec in specs:
         spec.extra = {"walkthrough_id": walkthrough_id, "planned_runs": len(specs), "reference": reference}
-    from dflash_fi.engine.pool import run_engines, visible_gpus
+    from dflash_fi.engine.pool import run_engines, share_gpus, visible_gpus
 
-    gpus = visible_gpus()
+    slots = share_gpus(specs)  # correctness runs: several engines to a GPU where it has room
     ledger = ledger_path(gpu.name, runs_dir)
-    print_fn(f"  {len(specs)} engine runs on {len(gpus)} GPU(s) ({gpu.name}), walkthrough {walkthrough_id}")
-    records = run_engines(specs, gpus, f"dflash-fi walkthrough (id {walkthrough_id})",
+    print_fn(f"  {len(specs)} engine runs on {len(visible_gpus())} GPU(s) ({gpu.name}), {len(slots)} at a time, "
+             f"walkthrough {walkthrough_id}")
+    records = run_engines(specs, slots, f"dflash-fi walkthrough (id {walkthrough_id})",
                           on_record=lambda record: append_record(ledger, record), expected_to_fail=expected_to_fail,
                           print_fn=print_fn)
     return records, check_records(records, reference)

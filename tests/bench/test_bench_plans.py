@@ -20,8 +20,8 @@ def test_e2e_plan_covers_every_run_dtype_and_mode():
 
 def test_the_qwen3_4b_shape_is_written_as_configs_only(tmp_path):
     shape = [s for s in e2e_plan(shape_dir=tmp_path) if s.load_format == "dummy"]
-    assert [s.extra["run"] for s in shape] == ["no speculation", "FLASH_ATTN draft", "step 4 FLASHINFER draft",
-                                                "step 6 FLASHINFER draft"]
+    assert [s.extra["run"] for s in shape] == ["FLASH_ATTN draft", "step 4 FLASHINFER draft", "step 6 FLASHINFER draft"]
+    assert [s for s in e2e_plan(shape_dir=tmp_path, kv_dtypes=("fp8",)) if s.load_format == "dummy"] == []
     target = json.loads((tmp_path / "target" / "config.json").read_text())
     drafter = json.loads((tmp_path / "drafter" / "config.json").read_text())
     assert (target["num_hidden_layers"], target["hidden_size"], target["num_attention_heads"],
