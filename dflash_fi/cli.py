@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-shape", action="store_true", help="e2e: leave out the Qwen3-4B-shaped engines")
     p.add_argument("--kv-cache-dtype", default=None, choices=KV_CACHE_DTYPES,
                    help="e2e: only this KV dtype (a results file of its own; they are read together)")
+    p.add_argument("--only", default=None, metavar="TEXT",
+                   help="e2e: only the engines whose label contains TEXT, e.g. qwen3-4b-shape")
     p.add_argument("--record", action="store_true", help="write runs/<gpu>.bench-<what>.json (committed evidence)")
     p.add_argument("--out", default=None, help="results file (default: artifacts/bench/, or runs/ with --record)")
 
@@ -120,9 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("notebooks", commands.notebooks, "re-execute the notebooks in place (outputs from this machine)")
     p.add_argument("--only", default=None, help="only notebooks whose name contains this, e.g. 03")
     p.add_argument("--timeout", type=_positive, default=900, help="seconds per cell")
+    p.add_argument("--allow-cpu", action="store_true", help="execute without a GPU too (gpu cells say they skip)")
 
     command("model-card", commands.model_card, "regenerate the embedded pair's MODEL_CARD.md (runs the CPU reference)")
-    command("report", commands.report, "the last GPU walkthrough recorded under runs/, as a markdown table")
+    p = command("report", commands.report, "README's generated blocks: the last walkthrough and the benchmarks")
+    p.add_argument("--update-readme", action="store_true", help="rewrite those blocks in README.md")
     return parser
 
 

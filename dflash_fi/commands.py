@@ -125,7 +125,8 @@ def bench(args) -> int:
     from dflash_fi.stack import require_gpu
 
     gpu = require_gpu(f"dflash-fi bench {args.what}")
-    part = f"-{args.kv_cache_dtype}" if args.what == "e2e" and args.kv_cache_dtype else ""
+    part = "".join(f"-{x}" for x in (args.kv_cache_dtype, args.only and args.only.split("|")[0].strip())
+                   if args.what == "e2e" and x)
     name = f"{gpu_slug(gpu.name)}.bench-{args.what}{part}.json"
     out = Path(args.out) if args.out else (RUNS_DIR if args.record else LOG_DIR.parent / "bench") / name
     if args.record and out.exists():
@@ -144,21 +145,17 @@ def bench(args) -> int:
         from dflash_fi.vocabulary import KV_CACHE_DTYPES
 
         kv = (args.kv_cache_dtype,) if args.kv_cache_dtype else KV_CACHE_DTYPES
-        results = run_e2e_bench(quick=args.quick, shape=not args.no_shape, kv_dtypes=kv)
+        results = run_e2e_bench(quick=args.quick, shape=not args.no_shape, kv_dtypes=kv, only=args.only)
         print(format_rows(results["rows"]))
     print(f"results: {write_results(results, out)}")
     return 0
 
 
 def figures(args) -> int:
-    from dflash_fi.evidence.ledger import RUNS_DIR
+    from dflash_fi.bench.results import latest_results
     from dflash_fi.figures import write_benchmark_figures
 
-    def latest(kind):
-        files = sorted(RUNS_DIR.glob(f"*.bench-{kind}*.json"))
-        return json.loads(files[-1].read_text()) if files else None
-
-    for path in write_benchmark_figures(latest("kernels"), latest("e2e")):
+    for path in write_benchmark_figures(latest_results("kernels"), latest_results("e2e")):
         print(path)
     return 0
 
@@ -166,15 +163,17 @@ def figures(args) -> int:
 def notebooks(args) -> int:
     from dflash_fi.evidence.notebooks import execute_notebooks
 
-    return execute_notebooks(only=args.only, timeout=args.timeout)
+    return execute_notebooks(only=args.only, timeout=args.timeout, allow_cpu=args.allow_cpu)
 
 
 def report(args) -> int:
-    from dflash_fi.evidence.report import recorded_walkthrough, render_table
+    from dflash_fi.readme import blocks, update_readme
 
-    records, provenance = recorded_walkthrough()
-    print(f"<!-- {provenance} -->")
-    print(render_table(records))
+    if args.update_readme:
+        print("rewrote README.md blocks:", ", ".join(update_readme()))
+        return 0
+    for name, body in blocks().items():
+        print(f"<!-- {name} -->\n{body}\n<!-- /{name} -->\n")
     return 0
 
 

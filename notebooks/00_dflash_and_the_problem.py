@@ -60,7 +60,7 @@ print("dflash_config:", drafter_config["dflash_config"], " block_size:", drafter
 # anchor (row 0) then sees none of the masks, and mask 1 (row 1) sees only the anchor: exactly the tokens
 # whose drafts matter most.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import block_masks
 
 block_masks();

@@ -26,6 +26,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import setup, show
+from dflash_fi.evidence.plan import FLASH_ATTN, step_label
 
 session = setup("01_choosing_a_backend")
 
@@ -64,7 +65,7 @@ show(verdict_table(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL)))
 # The same answers as a picture: what happens when FLASHINFER is requested for the draft, and what vLLM
 # picks when nothing is requested. At step 0 the 4090 + FP8 cell has no backend at all.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import selector_grid
 from dflash_fi.lab.selector import selector_matrix
 
@@ -105,8 +106,6 @@ for key in ("selection", "prefill", "plan_causal", "metadata_causal", "dflash_ch
 # file per engine.
 
 # %% tags=["gpu"]
-from dflash_fi.evidence.plan import FLASH_ATTN, step_label
-
 live = session.run_live([FLASH_ATTN, step_label(0), step_label(1)])
 
 # %% [markdown]

@@ -24,6 +24,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import setup, show
+from dflash_fi.evidence.plan import FLASH_ATTN, step_label
 
 session = setup("02_causal_metadata")
 
@@ -74,8 +75,6 @@ show(routing_table(steps=(1, 2), capability=BLACKWELL, trtllm=True))
 # that costs, and vLLM on the GPU must agree.
 
 # %% tags=["gpu"]
-from dflash_fi.evidence.plan import FLASH_ATTN, step_label
-
 live = session.run_live([FLASH_ATTN, step_label(2)])
 
 # %% tags=["nbval-ignore-output"]
@@ -89,7 +88,7 @@ checks = session.check(records, reference, ("step 2",))
 # Acceptance per draft position: with causal block attention the drafts fall behind from the first position
 # on, because the anchor's own draft can no longer look at the positions it must fill.
 
-# %%
+# %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import acceptance_by_position
 
 acceptance_by_position(records, [FLASH_ATTN, step_label(2)]);

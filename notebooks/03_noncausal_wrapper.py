@@ -25,6 +25,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import setup, show
+from dflash_fi.evidence.plan import FLASH_ATTN, NO_SPEC, step_label
 
 session = setup("03_noncausal_wrapper")
 
@@ -99,8 +100,6 @@ if session.gpu_cell():
 # ## On the GPU: the first correct step
 
 # %% tags=["gpu"]
-from dflash_fi.evidence.plan import FLASH_ATTN, NO_SPEC, step_label
-
 live = session.run_live([NO_SPEC, FLASH_ATTN, step_label(2), step_label(3)])
 
 # %% tags=["nbval-ignore-output"]
@@ -108,7 +107,7 @@ records, reference, source = session.evidence([NO_SPEC, FLASH_ATTN, step_label(2
 print(source)
 checks = session.check(records, reference, ("step 3",))
 
-# %%
+# %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import acceptance_by_position
 
 acceptance_by_position(records, [FLASH_ATTN, step_label(2), step_label(3)]);

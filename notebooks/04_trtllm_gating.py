@@ -22,6 +22,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import setup, show
+from dflash_fi.evidence.plan import FP8, step_label
 
 session = setup("04_trtllm_gating")
 
@@ -89,8 +90,6 @@ print("\nstep 4:\n" + feature_table(4))
 # drafting stays non-causal (tau above the midpoint of the reference's two predictions).
 
 # %% tags=["gpu"]
-from dflash_fi.evidence.plan import FP8, step_label
-
 live = session.run_live([step_label(3), step_label(4), FP8])
 
 # %% tags=["nbval-ignore-output"]

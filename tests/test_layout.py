@@ -48,4 +48,4 @@ def test_no_module_is_too_long_and_none_lives_outside_the_parts():
     for path in PACKAGE.rglob("*.py"):
         assert len(path.read_text().splitlines()) <= MAX_LINES, f"{path} is over {MAX_LINES} lines"
     top = {p.stem for p in PACKAGE.glob("*.py")}
-    assert top == {"__init__", *TOP_LEVEL, "cli", "commands", "figures", "notebook"}
+    assert top == {"__init__", *TOP_LEVEL, "cli", "commands", "figures", "notebook", "readme"}

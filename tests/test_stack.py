@@ -84,7 +84,7 @@ def test_cli_fails_fast_on_bad_input(args, message):
 def test_cli_without_a_gpu_says_what_to_do():
     if stack.cuda_gpu() is not None:
         pytest.skip("this machine has a GPU")
-    for args in (("run", "--step", "3"), ("bench", "kernels")):
+    for args in (("run", "--step", "3"), ("bench", "kernels"), ("notebooks",)):
         result = cli(*args)
         assert result.returncode == 2 and "needs a CUDA GPU and this machine has none" in result.stderr
 

@@ -119,12 +119,17 @@ def rows_from(records: dict[str, dict]) -> tuple[list[dict], list[dict]]:
 
 
 def run_e2e_bench(quick: bool = False, shape: bool = True, kv_dtypes: tuple[str, ...] = KV_CACHE_DTYPES,
-                  print_fn=print) -> dict:
+                  only: str | None = None, print_fn=print) -> dict:
     from dflash_fi.engine.pool import run_engines, visible_gpus
     from dflash_fi.stack import require_gpu, run_context
 
     gpu = require_gpu("dflash-fi bench e2e")
-    specs = e2e_plan(quick, shape, kv_dtypes=kv_dtypes)
+    specs = [s for s in e2e_plan(quick, shape, kv_dtypes=kv_dtypes) if only is None or only in s.label]
+    if not specs:
+        from dflash_fi.errors import BadInput
+
+        raise BadInput(f"no e2e engine's label contains {only!r} (labels look like 'embedded | step 6 FLASHINFER draft "
+                       "| bf16 | graphs' or 'qwen3-4b-shape | ...')")
     gpus = visible_gpus()
     print_fn(f"{len(specs)} engines on {len(gpus)} GPU(s) ({gpu.name})")
     records = run_engines(specs, gpus, "dflash-fi bench e2e", print_fn=print_fn)

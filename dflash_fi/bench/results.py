@@ -11,15 +11,19 @@ RUNS_DIR = REPO_ROOT / "runs"
 
 
 def latest_results(kind: str) -> dict:
-    """The newest `runs/*.bench-<kind>*.json`, with the rows of every part run at the same commit on the same GPU
-    (`bench e2e --kv-cache-dtype` writes one file per KV dtype)."""
+    """The `runs/*.bench-<kind>*.json` files of the GPU that ran last, read together: `bench e2e` run in parts
+    (`--kv-cache-dtype`, `--only`) writes a file per part. `parts` says where each came from."""
     files = sorted(RUNS_DIR.glob(f"*.bench-{kind}*.json"))
     if not files:
         raise NoRecord(f"no {kind} benchmark is recorded under runs/: run `dflash-fi bench {kind} --record` on a GPU")
-    results = [json.loads(f.read_text()) for f in files]
-    newest = max(results, key=lambda r: r["finished_at"])
-    parts = [r for r in results if (r["git_commit"], r["gpu"]) == (newest["git_commit"], newest["gpu"])]
-    return {**newest, "rows": [row for r in sorted(parts, key=lambda r: r["finished_at"]) for row in r["rows"]]}
+    results = {f.name: json.loads(f.read_text()) for f in files}
+    newest = max(results.values(), key=lambda r: r["finished_at"])
+    parts = {name: r for name, r in results.items() if r["gpu"] == newest["gpu"]}
+    ordered = sorted(parts.items(), key=lambda item: item[1]["finished_at"])
+    return {**newest, "rows": [row for _, r in ordered for row in r["rows"]],
+            "engines": [e for _, r in ordered for e in r.get("engines", [])],
+            "parts": [{"file": name, "git_commit": r["git_commit"], "finished_at": r["finished_at"]}
+                      for name, r in ordered]}
 
 
 def _median_ms(rows, **where) -> float | None:
@@ -53,6 +57,22 @@ def _tps(rows, model, run, batch, graphs, kv="bf16"):
     hit = [r for r in rows if r["model"] == model and r["run"] == run and r["batch"] == batch
            and r["cuda_graphs"] == graphs and r["kv_cache_dtype"] == kv]
     return hit[0] if hit else None
+
+
+def e2e_pivot(results: dict, kv_dtype: str = "bf16", model: str = "embedded") -> str:
+    """Markdown: tokens/s per run (rows) and mode x batch (columns), as "fastest (slowest)" of the repeats."""
+    rows = [r for r in results["rows"] if r["model"] == model and r["kv_cache_dtype"] == kv_dtype]
+    columns = sorted({(r["cuda_graphs"], r["batch"]) for r in rows})
+    lines = ["| run (graph mode) | " + " | ".join(f"{'graphs' if g else 'eager'}, batch {b}" for g, b in columns)
+             + " |", "|---|" + "---|" * len(columns)]
+    for run in dict.fromkeys(r["run"] for r in rows):
+        mode = next((r["cudagraph_mode"] for r in rows if r["run"] == run and r["cuda_graphs"]), "-")
+        cells = []
+        for graphs, batch in columns:
+            r = next((x for x in rows if x["run"] == run and x["cuda_graphs"] == graphs and x["batch"] == batch), None)
+            cells.append(f"{r['tokens_per_s']:.0f} ({min(r['repeats_tokens_per_s']):.0f})" if r else "-")
+        lines.append(f"| {run} ({mode}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def e2e_summary(results: dict) -> str:
@@ -93,12 +113,13 @@ def targets(kernels: dict, e2e: dict) -> list[dict]:
               _tps(rows, "qwen3-4b-shape (random weights)", "FLASH_ATTN draft", b, True)) for b in (1, 32)]
     gaps = [fi["step_ms"] / fa["step_ms"] - 1 for fi, fa in shape if fi and fa]
     out.append({"target": "Qwen3-4B shape: final FlashInfer draft's step time within 3% of the FLASH_ATTN draft's",
-                "measured": ", ".join(f"{g:+.1%}" for g in gaps) + " (batch 1, 32)" if gaps else "-",
-                "met": bool(gaps and max(gaps) <= 0.03)})
+                "measured": ", ".join(f"{g:+.1%}" for g in gaps) + " (batch 1, 32)" if gaps else "not measured",
+                "met": (max(gaps) <= 0.03) if gaps else None})
     return out
 
 
 def targets_table(kernels: dict, e2e: dict) -> str:
     lines = ["| target | measured | met |", "|---|---|---|"]
-    lines += [f"| {t['target']} | {t['measured']} | {'yes' if t['met'] else '**no**'} |" for t in targets(kernels, e2e)]
+    verdict = {True: "yes", False: "**no**", None: "not run"}
+    lines += [f"| {t['target']} | {t['measured']} | {verdict[t['met']]} |" for t in targets(kernels, e2e)]
     return "\n".join(lines)

@@ -18,13 +18,17 @@ def notebook_paths(only: str | None = None) -> list[Path]:
     return [p for p in sorted(NOTEBOOKS_DIR.glob("*.ipynb")) if only is None or only in p.stem]
 
 
-def execute_notebooks(only: str | None = None, timeout: int = 900) -> int:
+def execute_notebooks(only: str | None = None, timeout: int = 900, allow_cpu: bool = False) -> int:
+    """Execute in place. Without a GPU only with allow_cpu: the committed outputs come from a GPU."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     from dflash_fi.errors import BadInput
+    from dflash_fi.stack import require_gpu
 
+    if not allow_cpu:
+        require_gpu("dflash-fi notebooks (it replaces the committed GPU outputs; --allow-cpu to do it anyway)")
     paths = notebook_paths(only)
     if not paths:
         raise BadInput(f"no notebook under {NOTEBOOKS_DIR} matches {only!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dflash_fi.errors import NoRecord
 from dflash_fi.evidence.checks import agreement
-from dflash_fi.evidence.plan import NO_SPEC, NO_SPEC_GRAPHS
+from dflash_fi.evidence.plan import NO_SPEC, NO_SPEC_GRAPHS, walkthrough_plan
 
 # Walkthroughs recorded before the plan grew to steps 5 and 6 and CUDA graphs had 8 runs, and did not say so.
 EARLIER_PLAN_RUNS = 8
@@ -28,8 +28,12 @@ def latest_walkthrough(records: list[dict]) -> tuple[str, dict[str, dict]] | Non
             by_id.setdefault(wid, {})[r["label"]] = r
             planned[wid] = extra.get("planned_runs", EARLIER_PLAN_RUNS)
     complete = [(wid, recs) for wid, recs in by_id.items() if len(recs) == planned[wid]]
+    if not complete:
+        return None
     # one ledger file per GPU kind, so file order says nothing of time: the last one to finish wins
-    return max(complete, key=lambda c: max(r["finished_at"] for r in c[1].values())) if complete else None
+    wid, recs = max(complete, key=lambda c: max(r["finished_at"] for r in c[1].values()))
+    order = [spec.label for spec in walkthrough_plan()]  # engines finish in any order when they run in parallel
+    return wid, dict(sorted(recs.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
 def recorded_walkthrough() -> tuple[dict[str, dict], str]:

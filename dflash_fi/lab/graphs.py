@@ -17,19 +17,10 @@ from __future__ import annotations
 import copy
 import logging
 
-from dflash_fi.lab.routing import RoutingLab
+from dflash_fi.lab.routing import RoutingLab, WarningCollector
 from dflash_fi.vocabulary import HOPPER, NUM_SPECULATIVE_TOKENS, sm
 
 SPEC_DECODE_QUERY_LEN = 1 + NUM_SPECULATIVE_TOKENS
-
-
-class _Collect(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
 
 
 def cudagraph_claims(step: int, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto") -> dict:
@@ -50,7 +41,7 @@ def cudagraph_claims(step: int, capability=HOPPER, trtllm: bool = False, kv_cach
         weakest = min(claims, key=lambda name: claims[name].value)
         compilation = copy.deepcopy(lab.vllm_config.compilation_config)
         requested = compilation.cudagraph_mode
-        warnings = _Collect()
+        warnings = WarningCollector()
         compilation_logger = logging.getLogger("vllm.config.compilation")
         compilation_logger.addHandler(warnings)
         try:

@@ -25,7 +25,9 @@ from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET
 from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_PAGE_SIZE, NUM_SPECULATIVE_TOKENS, sm
 
 
-class _Collect(logging.Handler):
+class WarningCollector(logging.Handler):
+    """Keeps the warnings a logger emits (vLLM's, in the lab) as text."""
+
     def __init__(self):
         super().__init__(logging.WARNING)
         self.messages: list[str] = []
@@ -88,7 +90,7 @@ class RoutingLab:
         if self.dcp:
             stack.enter_context(mock.patch.object(self.module, "get_dcp_group", lambda: DcpGroupDouble(2, 0)))
         vllm_logger._print_warning_once.cache_clear()  # as in a fresh vLLM process
-        self.warnings = _Collect()
+        self.warnings = WarningCollector()
         self.module.logger.addHandler(self.warnings)
         stack.callback(self.module.logger.removeHandler, self.warnings)
 
