@@ -10,14 +10,15 @@ May import: dflash_fi.engine, dflash_fi.reference, dflash_fi.steps, dflash_fi.mo
 dflash_fi.stack, dflash_fi.vocabulary, dflash_fi.errors.
 """
 
+from pathlib import Path
+
 MAY_IMPORT = ("dflash_fi.engine", "dflash_fi.reference", "dflash_fi.steps", "dflash_fi.models", "dflash_fi.logs",
               "dflash_fi.stack", "dflash_fi.vocabulary", "dflash_fi.errors")
 
 
-def write_results(results: dict, path) -> "Path":
+def write_results(results: dict, path) -> Path:
     """One benchmark's results as a JSON file."""
     import json
-    from pathlib import Path
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import pytest
 from dflash_fi.evidence import plan as P
 from dflash_fi.evidence.checks import CHECKS, KERNEL_TOLERANCE, check_records
 from dflash_fi.evidence.plan import walkthrough_plan
-from dflash_fi.evidence.report import latest_walkthrough, render_table
+from dflash_fi.evidence.report import render_table
 
 REFERENCE = {"tau_noncausal": 4.0, "tau_causal": 3.0}
 S = P.step_label
