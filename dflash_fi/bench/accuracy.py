@@ -27,13 +27,14 @@ def kernel_errors(backends=("fa2", "auto"), seed: int = 0) -> list[dict]:
         causal = paged_attention_reference(inputs.q.float(), kv, inputs.block_table, inputs.seq_lens, inputs.qo_indptr,
                                            causal=True, sm_scale=inputs.scale)
         for backend in backends:
-            call, out, _, ran = flashinfer_kernel(inputs, backend, workspace)
-            out.fill_(float("nan"))
-            call()
+            kernel = flashinfer_kernel(inputs, backend, workspace)
+            kernel.out.fill_(float("nan"))
+            kernel.run()
             torch.cuda.synchronize()
+            out = kernel.out.float()
             rows.append({"kv_dtype": "fp8-e4m3" if shape.kv_dtype == "fp8" else "bf16", "backend": backend,
-                         "ran": ran, "max_abs_err": (out.float() - non_causal).abs().max().item(),
-                         "distance_to_causal": (out.float() - causal).abs().max().item()})
+                         "ran": kernel.ran, "max_abs_err": (out - non_causal).abs().max().item(),
+                         "distance_to_causal": (out - causal).abs().max().item()})
     return rows
 
 

@@ -6,7 +6,9 @@ compilation (torch.compile + `FULL_AND_PIECEWISE` graphs, or what the engine res
 process; in each, for batch 1, 8 and 32 (the first b held-out prompts, 256 new tokens each, greedy): one
 warm-up generate, then three timed ones, the fastest reported. tau over that generate from vLLM's counters;
 TPOT from vLLM's per-request timestamps; `same_as_no_spec` the share of prompts whose output equals the
-no-speculation engine's of the same KV dtype and graph mode.
+no-speculation engine's of the same KV dtype and graph mode; the host time of the attention metadata builds
+per decoding step, by builder (the model runner's, the drafter's). One engine per GPU at a time;
+`engines_at_once` says how many shared the host.
 
 Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128) and a 5-layer DFlash drafter
 of the shape public DFlash configs for 36-layer Qwen3 targets give (context from target layers 1, 9, 17,
@@ -114,6 +116,8 @@ def rows_from(records: dict[str, dict]) -> tuple[list[dict], list[dict]]:
                 "step_ms": round(b["generate_s"] / steps * 1000, 4) if steps else None,
                 "tau": b.get("tau"), "same_as_no_spec": same,
                 "repeats_tokens_per_s": b["repeats_tokens_per_s"],
+                "metadata_build_ms_per_step": b.get("metadata_build_ms_per_step"),
+                "metadata_builds_per_step": b.get("metadata_builds_per_step"),
             })
     return rows, engines
 
@@ -135,7 +139,7 @@ def run_e2e_bench(quick: bool = False, shape: bool = True, kv_dtypes: tuple[str,
     records = run_engines(specs, gpus, "dflash-fi bench e2e", print_fn=print_fn)
     rows, engines = rows_from(records)
     return {"gpu": gpu.name, "compute_capability": gpu.sm, "method": __doc__.strip(), "rows": rows,
-            "engines": engines, **run_context()}
+            "engines": engines, "engines_at_once": min(len(gpus), len(specs)), **run_context()}
 
 
 def format_rows(rows: list[dict]) -> str:

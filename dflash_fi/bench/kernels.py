@@ -14,6 +14,9 @@ is launched ten times eagerly instead, and its row says "timing": "eager"). Erro
 difference from `dflash_fi.reference.paged_attention` in fp32 on the very inputs the kernel read.
 Bandwidth: KV bytes read (each request's context, K and V, once) over the median time, and its share of
 the device-to-device copy bandwidth measured in the same run (bytes read + written).
+Plan: host milliseconds of the FlashInfer wrapper's `plan()` for that shape (median of 20, the GPU idle
+before each call), the CPU work FlashInfer's builder does before every draft step. vLLM's FLASH_ATTN draft
+builds its metadata with `fast_build=True` (no ahead-of-time FA3 scheduling), so its rows have no plan.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
-from dflash_fi.bench.timing import copy_bandwidth_gbps, time_ms
+from dflash_fi.bench.timing import copy_bandwidth_gbps, host_ms, time_ms
 from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_CACHE_DTYPE_NAMES, KV_PAGE_SIZE
 
 KERNELS = ("flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "dflash-fi-final", "vllm-flash-attn")
 CONTEXTS = (512, 2048, 8192)
-BATCHES = (1, 4, 16, 64)
+BATCHES = (1, 4, 16, 32, 64)  # 1 and 32: the e2e benchmark's batches
 HEAD_DIM = 128
 
 
@@ -86,12 +90,22 @@ class Inputs:
                                          self.qo_indptr, causal=False, sm_scale=self.scale)
 
 
+class Kernel(NamedTuple):
+    """One kernel ready to launch on an `Inputs`: `run()` writes `out` from `q` (the queries as the kernel reads
+    them); `ran` names the kernel that runs; `plan()` is the host-side work before each launch, if any."""
+    run: Callable[[], None]
+    out: object
+    q: object
+    ran: str
+    plan: Callable[[], None] | None
+
+
 class NotBuilt(Exception):
     """FlashInfer's own checks say this backend has no kernel for these dtypes."""
 
 
-def flashinfer_kernel(inputs: Inputs, backend: str, workspace):
-    """A planned FlashInfer non-causal wrapper, returned as a no-argument callable writing `out`."""
+def flashinfer_kernel(inputs: Inputs, backend: str, workspace) -> Kernel:
+    """A planned FlashInfer non-causal wrapper."""
     import torch
     from flashinfer import BatchPrefillWithPagedKVCacheWrapper
     from flashinfer.utils import PosEncodingMode, is_fa3_backend_supported
@@ -102,15 +116,18 @@ def flashinfer_kernel(inputs: Inputs, backend: str, workspace):
         raise NotBuilt(f"FlashInfer's FA3 has no kernel for bf16 queries on a {inputs.k.dtype} KV cache "
                        "(flashinfer.utils.is_fa3_backend_supported is False); vLLM keeps FlashInfer queries in bf16")
     wrapper = BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend)
-    wrapper.plan(inputs.qo_indptr.cpu(), inputs.kv_indptr.cpu(), inputs.block_table.flatten(),
-                 inputs.last_page_len.cpu(), s.num_qo_heads, s.num_kv_heads, HEAD_DIM, KV_PAGE_SIZE, causal=False,
-                 sm_scale=inputs.scale, q_data_type=torch.bfloat16, kv_data_type=inputs.k.dtype,
-                 o_data_type=torch.bfloat16)
+    qo_indptr, kv_indptr, last_page_len = inputs.qo_indptr.cpu(), inputs.kv_indptr.cpu(), inputs.last_page_len.cpu()
+
+    def plan():  # as vLLM's builder calls it: host-side indptrs, page indices already on the GPU
+        wrapper.plan(qo_indptr, kv_indptr, inputs.block_table.flatten(), last_page_len, s.num_qo_heads,
+                     s.num_kv_heads, HEAD_DIM, KV_PAGE_SIZE, causal=False, sm_scale=inputs.scale,
+                     q_data_type=torch.bfloat16, kv_data_type=inputs.k.dtype, o_data_type=torch.bfloat16)
+    plan()
     out = torch.empty_like(inputs.q)
-    return (lambda: wrapper.run(inputs.q, (inputs.k, inputs.v), out=out)), out, inputs.q, wrapper._backend
+    return Kernel(lambda: wrapper.run(inputs.q, (inputs.k, inputs.v), out=out), out, inputs.q, wrapper._backend, plan)
 
 
-def vllm_flash_attn_kernel(inputs: Inputs):
+def vllm_flash_attn_kernel(inputs: Inputs) -> Kernel:
     """vLLM's FlashAttention varlen call as its FLASH_ATTN backend makes it (fp8 KV: fp8 queries, unit scales)."""
     import torch
     from vllm.v1.attention.backends.fa_utils import get_flash_attn_version
@@ -130,7 +147,7 @@ def vllm_flash_attn_kernel(inputs: Inputs):
                                max_seqlen_q=s.query_len, seqused_k=inputs.seq_lens, max_seqlen_k=s.context,
                                softmax_scale=inputs.scale, causal=False, block_table=inputs.block_table,
                                fa_version=version, **descale)
-    return call, out, q, f"fa{version}"
+    return Kernel(call, out, q, f"fa{version}", None)
 
 
 def final_step_backend() -> str:
@@ -148,23 +165,23 @@ def measure(shape: Shape, kernel: str, workspace, copy_gbps: float, reference_ca
     inputs = reference_cache["inputs"]
     try:
         if kernel == "vllm-flash-attn":
-            call, out, q, ran = vllm_flash_attn_kernel(inputs)
+            k = vllm_flash_attn_kernel(inputs)
         else:
             backend = {"flashinfer-auto": "auto", "flashinfer-fa2": "fa2", "flashinfer-fa3": "fa3",
                        "dflash-fi-final": final_step_backend()}[kernel]
-            call, out, q, ran = flashinfer_kernel(inputs, backend, workspace)
-        out.fill_(float("nan"))  # every element must be written
-        call()
+            k = flashinfer_kernel(inputs, backend, workspace)
+        k.out.fill_(float("nan"))  # every element must be written
+        k.run()
         torch.cuda.synchronize()
-        key = q.dtype
-        if key not in reference_cache:
-            reference_cache[key] = inputs.reference(q)
-        err = (out.float() - reference_cache[key]).abs().max().item()
-        ms, timing = time_ms(call)
-        row.update({"ran": ran, "timing": timing, "median_ms": round(ms, 5), "kv_bytes": inputs.kv_bytes,
+        if k.q.dtype not in reference_cache:
+            reference_cache[k.q.dtype] = inputs.reference(k.q)
+        err = (k.out.float() - reference_cache[k.q.dtype]).abs().max().item()
+        ms, timing = time_ms(k.run)
+        row.update({"ran": k.ran, "timing": timing, "median_ms": round(ms, 5), "kv_bytes": inputs.kv_bytes,
                     "achieved_GBps": round(inputs.kv_bytes / ms / 1e6, 1),
                     "share_of_copy": round(inputs.kv_bytes / ms / 1e6 / copy_gbps, 3),
-                    "max_abs_err": err if err == err else "nan"})
+                    "max_abs_err": err if err == err else "nan",
+                    "plan_ms": round(host_ms(k.plan), 4) if k.plan else None})
     except Exception as exc:  # a kernel that cannot run here still gets its row
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     return row
@@ -202,4 +219,5 @@ def format_row(row: dict) -> str:
     if "error" in row:
         return f"{shape}  {row['kernel']:<16} ERROR {row['error'][:90]}"
     return (f"{shape}  {row['kernel']:<16} ({row['ran']:<4}) {row['median_ms']:8.4f} ms "
-            f"{row['achieved_GBps']:7.0f} GB/s ({row['share_of_copy']:.0%} of copy)  err {row['max_abs_err']:.2e}")
+            f"{row['achieved_GBps']:7.0f} GB/s ({row['share_of_copy']:.0%} of copy)  err {row['max_abs_err']:.2e}"
+            + (f"  plan {row['plan_ms']:.3f} ms" if row.get("plan_ms") is not None else ""))

@@ -10,9 +10,16 @@ from dflash_fi.stack import REPO_ROOT
 RUNS_DIR = REPO_ROOT / "runs"
 
 
+# What makes two rows the same measurement: a later file's row replaces an earlier file's.
+ROW_KEYS = {"kernels": ("kernel", "kv_dtype", "batch", "context", "num_qo_heads", "num_kv_heads"),
+            "e2e": ("model", "run", "kv_cache_dtype", "batch", "cuda_graphs")}
+
+
 def latest_results(kind: str) -> dict:
     """The `runs/*.bench-<kind>*.json` files of the GPU that ran last, read together: `bench e2e` run in parts
-    (`--kv-cache-dtype`, `--only`) writes a file per part. `parts` says where each came from."""
+    (`--kv-cache-dtype`, `--only`) writes a file per part, and a rerun writes a new file (runs/ is
+    append-only). Where two files measured the same thing, the later one's row is kept. `parts` says where
+    each kept row came from; every row carries its file in `part`."""
     files = sorted(RUNS_DIR.glob(f"*.bench-{kind}*.json"))
     if not files:
         raise NoRecord(f"no {kind} benchmark is recorded under runs/: run `dflash-fi bench {kind} --record` on a GPU")
@@ -20,10 +27,17 @@ def latest_results(kind: str) -> dict:
     newest = max(results.values(), key=lambda r: r["finished_at"])
     parts = {name: r for name, r in results.items() if r["gpu"] == newest["gpu"]}
     ordered = sorted(parts.items(), key=lambda item: item[1]["finished_at"])
-    return {**newest, "rows": [row for _, r in ordered for row in r["rows"]],
-            "engines": [e for _, r in ordered for e in r.get("engines", [])],
-            "parts": [{"file": name, "git_commit": r["git_commit"], "finished_at": r["finished_at"]}
-                      for name, r in ordered]}
+    kept: dict[tuple, dict] = {}
+    for name, r in ordered:
+        for row in r["rows"]:
+            kept[tuple(row[k] for k in ROW_KEYS[kind])] = {**row, "part": name}
+    used = {row["part"] for row in kept.values()}
+    return {**newest, "rows": list(kept.values()),
+            "engines": [e for name, r in ordered if name in used for e in r.get("engines", [])],
+            "parts": [{"file": name, "git_commit": r["git_commit"], "finished_at": r["finished_at"],
+                       "rows": sum(row["part"] == name for row in kept.values()),
+                       "engines_at_once": r.get("engines_at_once")}
+                      for name, r in ordered if name in used]}
 
 
 def _median_ms(rows, **where) -> float | None:
@@ -32,23 +46,27 @@ def _median_ms(rows, **where) -> float | None:
 
 
 def kernel_summary(results: dict, heads=(32, 8)) -> str:
-    """Markdown: per shape with 32/8 heads, each kernel's time, the final step's speed-up over `auto`, and the
-    final kernel's share of the copy bandwidth."""
+    """Markdown: per shape with 32/8 heads, each kernel's time, the final step's speed-up over `auto`, the
+    final kernel's share of the copy bandwidth, and its `plan()`'s host time."""
     rows = [r for r in results["rows"] if (r["num_qo_heads"], r["num_kv_heads"]) == heads]
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
-    lines = ["| KV | batch x context | " + " | ".join(kernels) + " | final vs auto | final, share of copy |",
-             "|---|---|" + "---|" * (len(kernels) + 2)]
+    planned = any(r.get("plan_ms") is not None for r in rows)  # files recorded before plan_ms lack it
+    lines = ["| KV | batch x context | " + " | ".join(kernels) + " | final vs auto | final, share of copy |"
+             + (" final's plan(), host |" if planned else ""),
+             "|---|---|" + "---|" * (len(kernels) + 2 + planned)]
     for kv in dict.fromkeys(r["kv_dtype"] for r in rows):
         for context in sorted({r["context"] for r in rows}):
             for batch in sorted({r["batch"] for r in rows}):
                 where = dict(kv_dtype=kv, batch=batch, context=context)
                 times = {k: _median_ms(rows, kernel=k, **where) for k in kernels}
                 final, auto = times.get("dflash-fi-final"), times.get("flashinfer-auto")
-                share = next((r.get("share_of_copy") for r in rows if r["kernel"] == "dflash-fi-final"
-                              and all(r[k] == v for k, v in where.items())), None)
+                final_row = next((r for r in rows if r["kernel"] == "dflash-fi-final"
+                                  and all(r[k] == v for k, v in where.items())), {})
                 cells = [f"{t:.4f} ms" if t is not None else "error" for t in times.values()]
                 cells.append(f"{auto / final:.2f}x" if final and auto else "-")
-                cells.append(f"{share:.0%}" if share is not None else "-")
+                cells.append(f"{final_row['share_of_copy']:.0%}" if "share_of_copy" in final_row else "-")
+                if planned:
+                    cells.append(f"{final_row['plan_ms']:.3f} ms" if final_row.get("plan_ms") is not None else "-")
                 lines.append(f"| {kv} | {batch} x {context} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -72,6 +90,48 @@ def e2e_pivot(results: dict, kv_dtype: str = "bf16", model: str = "embedded") ->
             r = next((x for x in rows if x["run"] == run and x["cuda_graphs"] == graphs and x["batch"] == batch), None)
             cells.append(f"{r['tokens_per_s']:.0f} ({min(r['repeats_tokens_per_s']):.0f})" if r else "-")
         lines.append(f"| {run} ({mode}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _build_ms(row: dict | None) -> str:
+    """A row's attention metadata build time per decoding step (host), summed over where it happened."""
+    builds = (row or {}).get("metadata_build_ms_per_step")
+    return f"{sum(builds.values()):.3f}" if builds else "not measured"
+
+
+def draft_overhead(kernels: dict, e2e: dict, context: int = 512) -> str:
+    """Markdown: per batch (embedded pair, bf16, graphs), the time per decoding step of the FLASH_ATTN draft and
+    of the final FlashInfer draft, their gap, the host time of each engine's attention metadata builds per step,
+    and what one FlashInfer `plan()` of the draft's shape costs (kernel benchmark: embedded heads, `context`
+    tokens, about the benchmark prompts' length)."""
+    from dflash_fi.models import DEFAULT_TARGET
+    from dflash_fi.steps import FINAL_STEP
+
+    config = json.loads((DEFAULT_TARGET / "config.json").read_text())
+    heads = (config["num_attention_heads"], config["num_key_value_heads"])
+    lines = [f"| batch | ms per step: FLASH_ATTN draft | step {FINAL_STEP} FlashInfer draft | gap | metadata builds "
+             "per step, FLASH_ATTN draft | the same, FlashInfer draft | one FlashInfer plan() |", "|---|---|---|---|---|---|---|"]
+    for batch in sorted({r["batch"] for r in e2e["rows"] if r["model"] == "embedded"}):
+        fa = _tps(e2e["rows"], "embedded", "FLASH_ATTN draft", batch, True)
+        fi = _tps(e2e["rows"], "embedded", f"step {FINAL_STEP} FLASHINFER draft", batch, True)
+        plan = next((r.get("plan_ms") for r in kernels["rows"] if r["kernel"] == "dflash-fi-final"
+                     and r["kv_dtype"] == "bf16" and r["batch"] == batch and r["context"] == context
+                     and (r["num_qo_heads"], r["num_kv_heads"]) == heads), None)
+        if fa and fi:
+            lines.append(f"| {batch} | {fa['step_ms']:.3f} | {fi['step_ms']:.3f} | {fi['step_ms'] - fa['step_ms']:+.3f} | "
+                         f"{_build_ms(fa)} | {_build_ms(fi)} | "
+                         + (f"{plan:.3f} |" if plan is not None else "not measured |"))
+    return "\n".join(lines)
+
+
+def build_breakdown(e2e: dict, batch: int = 1) -> str:
+    """Markdown: where the metadata builds of each graphs engine (embedded pair, bf16) spend host time per step."""
+    lines = ["| run | where | builds per step | ms per step |", "|---|---|---|---|"]
+    for row in e2e["rows"]:
+        if (row["model"], row["kv_cache_dtype"], row["cuda_graphs"], row["batch"]) == ("embedded", "bf16", True, batch):
+            for where, ms in (row.get("metadata_build_ms_per_step") or {}).items():
+                count = (row.get("metadata_builds_per_step") or {}).get(where, "-")
+                lines.append(f"| {row['run']} | {where} | {count} | {ms:.3f} |")
     return "\n".join(lines)
 
 

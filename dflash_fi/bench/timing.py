@@ -1,11 +1,14 @@
-"""Timing on the GPU: CUDA events around CUDA-graph replays, and the copy bandwidth to compare against."""
+"""Timing on the GPU: CUDA events around CUDA-graph replays, the copy bandwidth to compare against, and the
+host time of CPU-side work (FlashInfer's `plan()`)."""
 
 from __future__ import annotations
 
 import statistics
+import time
 
 CALLS_PER_GRAPH = 10
 REPLAYS = 30
+HOST_CALLS = 20
 
 
 def copy_bandwidth_gbps(gib: int = 4) -> float:
@@ -77,4 +80,20 @@ def _graph_time_ms(call) -> float:
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / CALLS_PER_GRAPH)
+    return statistics.median(times)
+
+
+def host_ms(call) -> float:
+    """Median host milliseconds of one call after three warm-ups, the GPU idle before each call: what a CPU-bound
+    engine step pays for it, whatever the GPU does afterwards."""
+    import torch
+
+    times = []
+    for i in range(3 + HOST_CALLS):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        if i >= 3:
+            times.append((time.perf_counter() - start) * 1000)
+    torch.cuda.synchronize()
     return statistics.median(times)

@@ -3,7 +3,8 @@
     python -m dflash_fi.engine.child SPEC.json RESULT.json
 
 It records what vLLM selected (each layer's attention backend, the CUDA-graph mode the runner resolved),
-where a failure happened, and for each generate: the tokens, the time, and vLLM's own spec-decode counters.
+where a failure happened, and for each generate: the tokens, the time, vLLM's own spec-decode counters, and
+the host time of the attention metadata builds per decoding step.
 """
 
 from __future__ import annotations
@@ -33,6 +34,40 @@ def _attention_backends(worker) -> dict[str, str]:
 def _cudagraph_mode(worker) -> str:
     """Runs on the worker: the CUDA-graph mode vLLM's model runner resolved for this engine."""
     return worker.model_runner.compilation_config.cudagraph_mode.name
+
+
+def _build_times(worker, install: bool = False) -> dict[str, list]:
+    """Runs on the worker: host time spent in attention metadata builds, {where: [calls, seconds]} since the
+    last call (then reset). `install=True` first wraps every builder's `build()` with a timer: the model
+    runner's (one per attention group, the draft layers' group included) and the drafter's own."""
+    runner = worker.model_runner
+    if install and not hasattr(runner, "_build_times"):
+        runner._build_times = times = {}
+
+        def timed(builder, where):
+            build = builder.build
+
+            def timed_build(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return build(*args, **kwargs)
+                finally:
+                    entry = times.setdefault(where, [0, 0.0])
+                    entry[0] += 1
+                    entry[1] += time.perf_counter() - start
+            builder.build = timed_build
+
+        for groups in runner.attn_groups:
+            for group in groups:
+                for builder in group.metadata_builders:
+                    timed(builder, f"target step, {group.backend.get_name()} ({len(group.layer_names)} layers)")
+        for group in getattr(getattr(runner, "drafter", None), "draft_attn_groups", []):
+            for builder in group.metadata_builders:
+                timed(builder, f"draft step, {group.backend.get_name()} ({len(group.layer_names)} layers)")
+    times = getattr(runner, "_build_times", {})
+    snapshot = {where: list(entry) for where, entry in times.items()}
+    times.clear()
+    return snapshot
 
 
 def _split_backends(layers: dict[str, str], num_target_layers: int) -> dict[str, list[str]]:
@@ -95,9 +130,11 @@ def _tpot_ms(outputs) -> float | None:
 
 def _generate(llm, prompts, params, speculative: bool) -> dict:
     before = _counters(llm) if speculative else None
+    llm.collective_rpc(_build_times)  # reset
     t0 = time.perf_counter()
     outputs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - t0
+    builds = llm.collective_rpc(_build_times)[0]
     tokens = [list(o.outputs[0].token_ids) for o in outputs]
     run = {
         "generate_s": round(seconds, 4),
@@ -108,6 +145,9 @@ def _generate(llm, prompts, params, speculative: bool) -> dict:
     }
     if speculative:
         run.update(_acceptance(before, _counters(llm)))
+    steps = run["num_drafts"] / len(prompts) if speculative else params.max_tokens
+    run["metadata_build_ms_per_step"] = {where: round(s * 1000 / steps, 4) for where, (_, s) in builds.items()} if steps else {}
+    run["metadata_builds_per_step"] = {where: round(n / steps, 2) for where, (n, _) in builds.items()} if steps else {}
     return run
 
 
@@ -168,6 +208,7 @@ def main(spec_path: str, result_path: str) -> int:
         num_target_layers = llm.llm_engine.model_config.hf_config.num_hidden_layers
         result["backends"] = _split_backends(llm.collective_rpc(_attention_backends)[0], num_target_layers)
         result["cudagraph_mode"] = llm.collective_rpc(_cudagraph_mode)[0]
+        llm.collective_rpc(_build_times, kwargs={"install": True})
 
         stage = "generation"
         params = SamplingParams(temperature=0.0, max_tokens=spec["max_new_tokens"], ignore_eos=True,

@@ -30,6 +30,46 @@ def test_failure_phase():
     assert child._phase(RuntimeError("oom"), "generation") == "generation"
 
 
+class BuilderDouble:
+    """Stands in for an attention metadata builder (real ones need a GPU): build() returns its argument."""
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        return common_attn_metadata
+
+    def build_for_drafting(self, common_attn_metadata, draft_index):
+        return self.build(0, common_attn_metadata, fast_build=True)  # as vLLM's base class does
+
+
+def _worker_double(target, draft_in_runner, drafter):
+    """A GPU worker's model runner as `_build_times` sees it: attention groups of builders, and the drafter's."""
+    from types import SimpleNamespace as NS
+
+    def group(name, layers, builder):
+        return NS(backend=NS(get_name=lambda: name), layer_names=layers, metadata_builders=[builder])
+    runner = NS(attn_groups=[[group("FLASH_ATTN", ["t0", "t1"], target), group("FLASHINFER", ["d0"], draft_in_runner)]],
+                drafter=NS(draft_attn_groups=[group("FLASHINFER", ["d0"], drafter)]))
+    return NS(model_runner=runner)
+
+
+def test_metadata_build_timers_count_each_builder_and_reset():
+    target, draft_in_runner, drafter = BuilderDouble(), BuilderDouble(), BuilderDouble()
+    worker = _worker_double(target, draft_in_runner, drafter)
+    assert child._build_times(worker, install=True) == {}
+    assert target.build(0, "metadata") == "metadata"  # the wrapper hands back what build() returns
+    draft_in_runner.build(0, "m")
+    for _ in range(3):
+        drafter.build_for_drafting("m", 0)
+    times = child._build_times(worker)
+    assert {where: calls for where, (calls, _) in times.items()} == {
+        "target step, FLASH_ATTN (2 layers)": 1, "target step, FLASHINFER (1 layers)": 1,
+        "draft step, FLASHINFER (1 layers)": 3}
+    assert all(seconds >= 0 for _, seconds in times.values())
+    assert child._build_times(worker) == {}  # read once, then reset
+    child._build_times(worker, install=True)  # a second install wraps nothing twice
+    drafter.build_for_drafting("m", 0)
+    assert child._build_times(worker) == {"draft step, FLASHINFER (1 layers)": [1, pytest.approx(0, abs=1)]}
+
+
 def test_acceptance_between_two_readings_of_vllms_counters():
     from vllm.v1.metrics.reader import Counter, Vector
 
