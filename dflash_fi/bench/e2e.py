@@ -32,6 +32,7 @@ EMBEDDED_RUNS = (  # (run, step, draft backend, speculative)
     ("step 5 FLASHINFER draft", 5, "FLASHINFER", True),
     ("step 6 FLASHINFER draft", 6, "FLASHINFER", True),
 )
+SHAPE_MODEL = "qwen3-4b-shape (random weights)"
 SHAPE_RUNS = (EMBEDDED_RUNS[1], EMBEDDED_RUNS[2], EMBEDDED_RUNS[4])  # the drafts; step time is the point
 BATCHES, SHAPE_BATCHES = (1, 8, 32), (1, 32)
 NEW_TOKENS, SHAPE_NEW_TOKENS, REPEATS = 256, 128, 3
@@ -82,7 +83,7 @@ def e2e_plan(quick: bool = False, shape: bool = True, shape_dir: Path = SHAPE_DI
                 speculative=speculative, target=target, drafter=drafter, load_format="dummy", cuda_graphs=True,
                 num_prompts=max(SHAPE_BATCHES), max_new_tokens=SHAPE_NEW_TOKENS, batch_sizes=SHAPE_BATCHES,
                 repeats=1 if quick else 2, gpu_memory_utilization=0.6, max_model_len=2048, timeout_s=900,
-                extra={"model": "qwen3-4b-shape (random weights)", "run": run}))
+                extra={"model": SHAPE_MODEL, "run": run}))
     return sorted(specs, key=lambda spec: (spec.load_format != "dummy", not spec.cuda_graphs))
 
 

@@ -6,6 +6,8 @@ Every request brings one DFlash block (16 queries) and attends to its whole cont
     flashinfer-auto    BatchPrefillWithPagedKVCacheWrapper(backend="auto"): PR #43081's non-causal wrapper
     flashinfer-fa2     backend="fa2"          flashinfer-fa3   backend="fa3"
     dflash-fi-final    the wrapper exactly as the final step's builder makes it (its NON_CAUSAL_PREFILL_BACKEND)
+    dflash-fi-final-graph  the same kernel in the final step's CUDA-graph wrapper (`use_cuda_graph=True`,
+                       persistent index buffers), which step 6 hands every uniform draft batch when graphs are on
     vllm-flash-attn    vLLM's FlashAttention varlen kernel, what the FLASH_ATTN draft runs (FA3 on SM 9.0)
 
 Timing: each kernel is captured ten times in a CUDA graph after a warm-up, the graph replayed, CUDA events
@@ -29,7 +31,8 @@ from typing import Callable, NamedTuple
 from dflash_fi.bench.timing import copy_bandwidth_gbps, host_ms, time_ms
 from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_CACHE_DTYPE_NAMES, KV_PAGE_SIZE
 
-KERNELS = ("flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "dflash-fi-final", "vllm-flash-attn")
+KERNELS = ("flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "dflash-fi-final", "dflash-fi-final-graph",
+           "vllm-flash-attn")
 CONTEXTS = (512, 2048, 8192)
 BATCHES = (1, 4, 16, 32, 64)  # 1 and 32: the e2e benchmark's batches
 HEAD_DIM = 128
@@ -104,8 +107,8 @@ class NotBuilt(Exception):
     """FlashInfer's own checks say this backend has no kernel for these dtypes."""
 
 
-def flashinfer_kernel(inputs: Inputs, backend: str, workspace) -> Kernel:
-    """A planned FlashInfer non-causal wrapper."""
+def flashinfer_kernel(inputs: Inputs, backend: str, workspace, cuda_graph: bool = False) -> Kernel:
+    """A planned FlashInfer non-causal wrapper; `cuda_graph`: in CUDA-graph mode, on persistent buffers."""
     import torch
     from flashinfer import BatchPrefillWithPagedKVCacheWrapper
     from flashinfer.utils import PosEncodingMode, is_fa3_backend_supported
@@ -115,7 +118,13 @@ def flashinfer_kernel(inputs: Inputs, backend: str, workspace) -> Kernel:
                                                          inputs.k.dtype):
         raise NotBuilt(f"FlashInfer's FA3 has no kernel for bf16 queries on a {inputs.k.dtype} KV cache "
                        "(flashinfer.utils.is_fa3_backend_supported is False); vLLM keeps FlashInfer queries in bf16")
-    wrapper = BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend)
+    buffers = {}
+    if cuda_graph:  # as step 6 makes it: indptrs sized for this batch, room for every page of the cache
+        buffers = dict(use_cuda_graph=True, qo_indptr_buf=torch.empty_like(inputs.qo_indptr),
+                       paged_kv_indptr_buf=torch.empty_like(inputs.kv_indptr),
+                       paged_kv_indices_buf=torch.empty(inputs.k.shape[0], dtype=torch.int32, device="cuda"),
+                       paged_kv_last_page_len_buf=torch.empty_like(inputs.last_page_len))
+    wrapper = BatchPrefillWithPagedKVCacheWrapper(workspace, "NHD", backend=backend, **buffers)
     qo_indptr, kv_indptr, last_page_len = inputs.qo_indptr.cpu(), inputs.kv_indptr.cpu(), inputs.last_page_len.cpu()
 
     def plan():  # as vLLM's builder calls it: host-side indptrs, page indices already on the GPU
@@ -167,9 +176,9 @@ def measure(shape: Shape, kernel: str, workspace, copy_gbps: float, reference_ca
         if kernel == "vllm-flash-attn":
             k = vllm_flash_attn_kernel(inputs)
         else:
-            backend = {"flashinfer-auto": "auto", "flashinfer-fa2": "fa2", "flashinfer-fa3": "fa3",
-                       "dflash-fi-final": final_step_backend()}[kernel]
-            k = flashinfer_kernel(inputs, backend, workspace)
+            backend = {"flashinfer-auto": "auto", "flashinfer-fa2": "fa2", "flashinfer-fa3": "fa3"}.get(
+                kernel, final_step_backend())
+            k = flashinfer_kernel(inputs, backend, workspace, cuda_graph=kernel == "dflash-fi-final-graph")
         k.out.fill_(float("nan"))  # every element must be written
         k.run()
         torch.cuda.synchronize()

@@ -50,28 +50,32 @@ def kernel_summary(results: dict, heads=(32, 8)) -> str:
     final kernel's share of the copy bandwidth, and its `plan()`'s host time."""
     rows = [r for r in results["rows"] if (r["num_qo_heads"], r["num_kv_heads"]) == heads]
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
-    planned = any(r.get("plan_ms") is not None for r in rows)  # files recorded before plan_ms lack it
+    # Host time of plan(), for the final step's wrappers (files recorded before plan_ms lack it).
+    planned = [k for k in ("dflash-fi-final", "dflash-fi-final-graph")
+               if any(r["kernel"] == k and r.get("plan_ms") is not None for r in rows)]
     lines = ["| KV | batch x context | " + " | ".join(kernels) + " | final vs auto | final, share of copy |"
-             + (" final's plan(), host |" if planned else ""),
-             "|---|---|" + "---|" * (len(kernels) + 2 + planned)]
+             + "".join(f" plan() of {k}, host |" for k in planned),
+             "|---|---|" + "---|" * (len(kernels) + 2 + len(planned))]
     for kv in dict.fromkeys(r["kv_dtype"] for r in rows):
         for context in sorted({r["context"] for r in rows}):
             for batch in sorted({r["batch"] for r in rows}):
                 where = dict(kv_dtype=kv, batch=batch, context=context)
                 times = {k: _median_ms(rows, kernel=k, **where) for k in kernels}
                 final, auto = times.get("dflash-fi-final"), times.get("flashinfer-auto")
-                final_row = next((r for r in rows if r["kernel"] == "dflash-fi-final"
-                                  and all(r[k] == v for k, v in where.items())), {})
+                row_of = {r["kernel"]: r for r in rows if all(r[k] == v for k, v in where.items())}
+                final_row = row_of.get("dflash-fi-final", {})
                 cells = [f"{t:.4f} ms" if t is not None else "error" for t in times.values()]
                 cells.append(f"{auto / final:.2f}x" if final and auto else "-")
                 cells.append(f"{final_row['share_of_copy']:.0%}" if "share_of_copy" in final_row else "-")
-                if planned:
-                    cells.append(f"{final_row['plan_ms']:.3f} ms" if final_row.get("plan_ms") is not None else "-")
+                for k in planned:
+                    plan = row_of.get(k, {}).get("plan_ms")
+                    cells.append(f"{plan:.3f} ms" if plan is not None else "-")
                 lines.append(f"| {kv} | {batch} x {context} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _tps(rows, model, run, batch, graphs, kv="bf16"):
+def e2e_row(rows, model, run, batch, graphs, kv="bf16") -> dict | None:
+    """The e2e results row of one engine at one batch size, or None where it was not measured."""
     hit = [r for r in rows if r["model"] == model and r["run"] == run and r["batch"] == batch
            and r["cuda_graphs"] == graphs and r["kv_cache_dtype"] == kv]
     return hit[0] if hit else None
@@ -112,8 +116,8 @@ def draft_overhead(kernels: dict, e2e: dict, context: int = 512) -> str:
     lines = [f"| batch | ms per step: FLASH_ATTN draft | step {FINAL_STEP} FlashInfer draft | gap | metadata builds "
              "per step, FLASH_ATTN draft | the same, FlashInfer draft | one FlashInfer plan() |", "|---|---|---|---|---|---|---|"]
     for batch in sorted({r["batch"] for r in e2e["rows"] if r["model"] == "embedded"}):
-        fa = _tps(e2e["rows"], "embedded", "FLASH_ATTN draft", batch, True)
-        fi = _tps(e2e["rows"], "embedded", f"step {FINAL_STEP} FLASHINFER draft", batch, True)
+        fa = e2e_row(e2e["rows"], "embedded", "FLASH_ATTN draft", batch, True)
+        fi = e2e_row(e2e["rows"], "embedded", f"step {FINAL_STEP} FLASHINFER draft", batch, True)
         plan = next((r.get("plan_ms") for r in kernels["rows"] if r["kernel"] == "dflash-fi-final"
                      and r["kv_dtype"] == "bf16" and r["batch"] == batch and r["context"] == context
                      and (r["num_qo_heads"], r["num_kv_heads"]) == heads), None)
@@ -124,26 +128,28 @@ def draft_overhead(kernels: dict, e2e: dict, context: int = 512) -> str:
     return "\n".join(lines)
 
 
-def build_breakdown(e2e: dict, batch: int = 1) -> str:
-    """Markdown: where the metadata builds of each graphs engine (embedded pair, bf16) spend host time per step."""
+def build_breakdown(e2e: dict, batch: int = 1, model: str = "embedded") -> str:
+    """Markdown: where the metadata builds of each graphs engine (bf16) spend host time per decoding step."""
     lines = ["| run | where | builds per step | ms per step |", "|---|---|---|---|"]
     for row in e2e["rows"]:
-        if (row["model"], row["kv_cache_dtype"], row["cuda_graphs"], row["batch"]) == ("embedded", "bf16", True, batch):
+        if (row["model"], row["kv_cache_dtype"], row["cuda_graphs"], row["batch"]) == (model, "bf16", True, batch):
             for where, ms in (row.get("metadata_build_ms_per_step") or {}).items():
                 count = (row.get("metadata_builds_per_step") or {}).get(where, "-")
                 lines.append(f"| {row['run']} | {where} | {count} | {ms:.3f} |")
     return "\n".join(lines)
 
 
-def e2e_summary(results: dict) -> str:
+def e2e_summary(results: dict, model: str | None = None) -> str:
     """Markdown: every engine row (model, run, KV, mode, batch: tokens/s, TPOT, step time, tau, agreement)."""
     from dflash_fi.bench.e2e import format_rows
 
-    return format_rows(results["rows"])
+    return format_rows([r for r in results["rows"] if model is None or r["model"] == model])
 
 
 def targets(kernels: dict, e2e: dict) -> list[dict]:
     """The performance targets of issue #10, each with what was measured and whether it is met."""
+    from dflash_fi.bench.e2e import SHAPE_MODEL
+
     out = []
     k = [r for r in kernels["rows"] if "median_ms" in r and (r["num_qo_heads"], r["num_kv_heads"]) == (32, 8)]
     speedups = [(_median_ms(k, kernel="flashinfer-auto", kv_dtype="bf16", batch=r["batch"], context=r["context"])
@@ -160,17 +166,17 @@ def targets(kernels: dict, e2e: dict) -> list[dict]:
                 if big else "-", "met": bool(big and big["share_of_copy"] >= 0.65)})
     rows = e2e["rows"]
     for batch in (1, 32):
-        fi, fa = _tps(rows, "embedded", "step 6 FLASHINFER draft", batch, True), _tps(rows, "embedded", "FLASH_ATTN draft", batch, True)
+        fi, fa = e2e_row(rows, "embedded", "step 6 FLASHINFER draft", batch, True), e2e_row(rows, "embedded", "FLASH_ATTN draft", batch, True)
         ratio = fi["tokens_per_s"] / fa["tokens_per_s"] if fi and fa else None
         out.append({"target": f"graphs, batch {batch}: final FlashInfer draft at least as fast as the FLASH_ATTN draft",
                     "measured": f"{ratio:.2f}x ({fi['tokens_per_s']:.0f} vs {fa['tokens_per_s']:.0f} tokens/s)"
                     if ratio else "-", "met": bool(ratio and ratio >= 1)})
-    fi, base = _tps(rows, "embedded", "step 6 FLASHINFER draft", 1, True), _tps(rows, "embedded", "no speculation", 1, True)
+    fi, base = e2e_row(rows, "embedded", "step 6 FLASHINFER draft", 1, True), e2e_row(rows, "embedded", "no speculation", 1, True)
     ratio = fi["tokens_per_s"] / base["tokens_per_s"] if fi and base else None
     out.append({"target": "graphs, batch 1: DFlash at least 3x the no-speculation tokens/s",
                 "measured": f"{ratio:.2f}x" if ratio else "-", "met": bool(ratio and ratio >= 3)})
-    shape = [(_tps(rows, "qwen3-4b-shape (random weights)", "step 6 FLASHINFER draft", b, True),
-              _tps(rows, "qwen3-4b-shape (random weights)", "FLASH_ATTN draft", b, True)) for b in (1, 32)]
+    shape = [(e2e_row(rows, SHAPE_MODEL, "step 6 FLASHINFER draft", b, True),
+              e2e_row(rows, SHAPE_MODEL, "FLASH_ATTN draft", b, True)) for b in (1, 32)]
     gaps = [fi["step_ms"] / fa["step_ms"] - 1 for fi, fa in shape if fi and fa]
     out.append({"target": "Qwen3-4B shape: final FlashInfer draft's step time within 3% of the FLASH_ATTN draft's",
                 "measured": ", ".join(f"{g:+.1%}" for g in gaps) + " (batch 1, 32)" if gaps else "not measured",

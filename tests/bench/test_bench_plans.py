@@ -56,7 +56,8 @@ def test_kernel_shapes_and_rows():
     assert len(grid) == 2 * 2 * 3 * 5 and {s.query_len for s in grid} == {16}
     assert {s.batch for s in grid} >= set(SHAPE_BATCHES)  # the e2e batches have a kernel row each
     assert {(s.num_qo_heads, s.num_kv_heads) for s in grid} == {(4, 2), (32, 8)}
-    assert set(KERNELS) == {"flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "vllm-flash-attn", "dflash-fi-final"}
+    assert set(KERNELS) == {"flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "vllm-flash-attn", "dflash-fi-final",
+                            "dflash-fi-final-graph"}
     row = {"kernel": "flashinfer-fa3", "kv_dtype": "fp8-e4m3", "batch": 1, "context": 512, "num_qo_heads": 32,
            "num_kv_heads": 8, "error": "NotBuilt: no kernel"}
     assert "ERROR NotBuilt" in format_row(row)
