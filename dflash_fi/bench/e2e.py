@@ -100,7 +100,9 @@ def rows_from(records: dict[str, dict]) -> tuple[list[dict], list[dict]]:
         spec = record["spec"]
         engines.append({"label": label, "ok": record.get("ok", False), "cudagraph_mode": record.get("cudagraph_mode"),
                         "engine_start_s": record.get("engine_start_s"), "log_file": record.get("log_file"),
-                        "backends": record.get("backends"), "error": record.get("error")})
+                        "backends": record.get("backends"), "error": record.get("error"),
+                        **({"metadata_build_profiles": record["metadata_build_profiles"]}
+                           if "metadata_build_profiles" in record else {})})
         for b in record.get("batches", []):
             base = baselines.get((spec["extra"]["model"], spec["kv_cache_dtype"], spec["cuda_graphs"], b["batch"]))
             same = None

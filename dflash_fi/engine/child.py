@@ -9,12 +9,20 @@ the host time of the attention metadata builds per decoding step.
 
 from __future__ import annotations
 
+import cProfile
 import hashlib
+import io
 import json
+import os
+import pstats
 import sys
 import time
 import traceback
 from pathlib import Path
+
+# Set (to anything) in the environment: every metadata build also runs under cProfile, and the record gets
+# where the time went. Diagnosis only: the profiler slows the builds it watches.
+PROFILE_BUILDS_ENV = "DFLASH_FI_PROFILE_BUILDS"
 
 
 def _attention_backends(worker) -> dict[str, str]:
@@ -44,14 +52,21 @@ def _build_times(worker, install: bool = False) -> dict[str, list]:
     if install and not hasattr(runner, "_build_times"):
         runner._build_times = times = {}
 
+        profiles = runner._build_profiles = {} if os.environ.get(PROFILE_BUILDS_ENV) else None
+
         def timed(builder, where):
             build = builder.build
 
             def timed_build(*args, **kwargs):
+                profile = None if profiles is None else profiles.setdefault(where, cProfile.Profile())
                 start = time.perf_counter()
                 try:
+                    if profile is not None:
+                        profile.enable()
                     return build(*args, **kwargs)
                 finally:
+                    if profile is not None:
+                        profile.disable()
                     entry = times.setdefault(where, [0, 0.0])
                     entry[0] += 1
                     entry[1] += time.perf_counter() - start
@@ -68,6 +83,16 @@ def _build_times(worker, install: bool = False) -> dict[str, list]:
     snapshot = {where: list(entry) for where, entry in times.items()}
     times.clear()
     return snapshot
+
+
+def _build_profiles(worker) -> dict[str, str]:
+    """Runs on the worker: where the profiled builds spent their time, the 15 costliest functions per builder."""
+    out = {}
+    for where, profile in (getattr(worker.model_runner, "_build_profiles", None) or {}).items():
+        text = io.StringIO()
+        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
+        out[where] = text.getvalue()[-6000:]
+    return out
 
 
 def _split_backends(layers: dict[str, str], num_target_layers: int) -> dict[str, list[str]]:
@@ -146,8 +171,8 @@ def _generate(llm, prompts, params, speculative: bool) -> dict:
     if speculative:
         run.update(_acceptance(before, _counters(llm)))
     steps = run["num_drafts"] / len(prompts) if speculative else params.max_tokens
-    run["metadata_build_ms_per_step"] = {where: round(s * 1000 / steps, 4) for where, (_, s) in builds.items()} if steps else {}
-    run["metadata_builds_per_step"] = {where: round(n / steps, 2) for where, (n, _) in builds.items()} if steps else {}
+    run["metadata_build_ms_per_step"] = {w: round(s * 1000 / max(steps, 1), 4) for w, (_, s) in builds.items()}
+    run["metadata_builds_per_step"] = {w: round(n / max(steps, 1), 2) for w, (n, _) in builds.items()}
     return run
 
 
@@ -217,6 +242,8 @@ def main(spec_path: str, result_path: str) -> int:
             result["batches"] = _benchmark(llm, prompts, params, spec)
         else:
             result.update(_generate(llm, prompts, params, spec["speculative"]))
+        if os.environ.get(PROFILE_BUILDS_ENV):
+            result["metadata_build_profiles"] = llm.collective_rpc(_build_profiles)[0]
         result["ok"] = True
     except BaseException as exc:  # the record must say what failed, whatever it was
         result["error"] = {

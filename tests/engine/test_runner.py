@@ -70,6 +70,18 @@ def test_metadata_build_timers_count_each_builder_and_reset():
     assert child._build_times(worker) == {"draft step, FLASHINFER (1 layers)": [1, pytest.approx(0, abs=1)]}
 
 
+def test_profiled_builds_say_where_the_time_went(monkeypatch):
+    monkeypatch.setenv(child.PROFILE_BUILDS_ENV, "1")
+    drafter = BuilderDouble()
+    worker = _worker_double(BuilderDouble(), BuilderDouble(), drafter)
+    child._build_times(worker, install=True)
+    for _ in range(2):
+        drafter.build_for_drafting("m", 0)
+    profiles = child._build_profiles(worker)
+    assert list(profiles) == ["draft step, FLASHINFER (1 layers)"]
+    assert "function calls" in profiles["draft step, FLASHINFER (1 layers)"] and "build" in profiles["draft step, FLASHINFER (1 layers)"]
+
+
 def test_acceptance_between_two_readings_of_vllms_counters():
     from vllm.v1.metrics.reader import Counter, Vector
 
