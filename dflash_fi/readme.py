@@ -15,7 +15,9 @@ README = REPO_ROOT / "README.md"
 
 
 def blocks() -> dict[str, str]:
-    from dflash_fi.bench.results import e2e_pivot, kernel_summary, latest_results, targets_table
+    from dflash_fi.bench.e2e import SHAPE_MODEL
+    from dflash_fi.bench.results import (build_breakdown, build_profiles, draft_overhead, e2e_pivot, e2e_summary,
+                                         kernel_summary, latest_results, targets_table)
     from dflash_fi.evidence.report import recorded_walkthrough, render_table
 
     records, provenance = recorded_walkthrough()
@@ -30,6 +32,11 @@ def blocks() -> dict[str, str]:
         "e2e-summary": (f"{e2e['gpu']} (SM {e2e['compute_capability']}): {parts}. Output tokens/s, the fastest of the "
                         f"repeats (the slowest in brackets).\n\nbf16 KV cache:\n\n{e2e_pivot(e2e, 'bf16')}\n\n"
                         f"fp8-e4m3 KV cache:\n\n{e2e_pivot(e2e, 'fp8-e4m3')}"),
+        "draft-overhead": (f"Embedded pair, bf16, graphs:\n\n{draft_overhead(kernels, e2e)}\n\nAt batch 1, by builder:\n\n"
+                           f"{build_breakdown(e2e, batch=1)}\n\nThe Qwen3-4B shape (random weights, tau 1):\n\n"
+                           f"{e2e_summary(e2e, model=SHAPE_MODEL)}\n\n{build_breakdown(e2e, batch=1, model=SHAPE_MODEL)}"
+                           f"\n\nProfiled drafter builds at that shape, costliest functions by own time:\n\n"
+                           f"{build_profiles(top=4)}"),
     }
 
 

@@ -139,6 +139,22 @@ def build_breakdown(e2e: dict, batch: int = 1, model: str = "embedded") -> str:
     return "\n".join(lines)
 
 
+def build_profiles(where: str = "draft step", top: int = 3) -> str:
+    """Markdown: the profiled engines (`runs/*.build-profile-*.json`, DFLASH_FI_PROFILE_BUILDS): per engine, the
+    costliest functions inside its `where` metadata builds, by own time (the profiler slows every build)."""
+    lines = ["| file | engine's builds | function | calls | own time, s |", "|---|---|---|---|---|"]
+    for path in sorted(RUNS_DIR.glob("*.build-profile-*.json")):
+        for engine in json.loads(path.read_text())["engines"]:
+            for builder, text in (engine.get("metadata_build_profiles") or {}).items():
+                if not builder.startswith(where):
+                    continue
+                table = text.split("filename:lineno(function)")[-1].strip().splitlines()[:top]
+                for line in table:
+                    ncalls, tottime, _, _, _, function = line.split(maxsplit=5)
+                    lines.append(f"| `{path.name}` | {builder} | `{function.split('/')[-1]}` | {ncalls} | {tottime} |")
+    return "\n".join(lines)
+
+
 def e2e_summary(results: dict, model: str | None = None) -> str:
     """Markdown: every engine row (model, run, KV, mode, batch: tokens/s, TPOT, step time, tau, agreement)."""
     from dflash_fi.bench.e2e import format_rows
