@@ -141,25 +141,87 @@ kernel_times(kernels);
 # ### Whole engines
 #
 # The embedded pair, 256 new tokens per prompt, batches of 1, 8 and 32, best of three after a warm-up; eager
-# and with vLLM's default compilation and graphs. The Qwen3-4B-shaped rows use random weights: their tau
-# means nothing, their time per step is the point.
+# and with vLLM's default compilation and graphs. Each results file says how many engines shared the host
+# while it ran (`engines_at_once`); where a later file measured the same engine again, its rows replace the
+# earlier ones:
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.bench.results import e2e_summary
 from dflash_fi.figures import e2e_throughput
 
 e2e = latest_results("e2e")
-print(f"{e2e['gpu']} (SM {e2e['compute_capability']}), commit {e2e['git_commit']}")
-show(e2e_summary(e2e))
+for part in e2e["parts"]:
+    print(f"{part['file']}: {part['rows']} rows, commit {part['git_commit'][:10]}, "
+          f"engines at once: {part['engines_at_once'] or 'two (recorded before the field existed)'}")
+show(e2e_summary(e2e, model="embedded"))
 e2e_throughput(e2e);
 
 # %% [markdown]
 # How far to trust the engine numbers: the embedded pair is tiny, so these engines are bound by the CPU and by
-# kernel launches, not by the GPU, and the benchmark ran the two GPUs' engines at the same time on one host,
-# each perturbing the other. The repeats of one engine differ (the results file keeps every repeat), and so do
-# engines that run the same code: steps 5 and 6 without graphs take exactly the same path. Only differences
-# well beyond that spread are evidence. The graph mode each engine resolved, its tau and its agreement with no
-# speculation are not timings, and hold regardless.
+# kernel launches, not by the GPU. The eager rows come from a run with two engines on one host at once, each
+# perturbing the other (steps 5 and 6 without graphs take exactly the same path, yet differ); the graphs rows
+# from a later run with one engine on the host at a time. The results files keep every repeat. The graph
+# mode each engine resolved, its tau and its agreement with no speculation are not timings, and hold regardless.
+#
+# ### Where the FlashInfer draft's time goes
+#
+# Every engine also timed, on the host, each attention metadata build (`builder.build()`) during the timed
+# generates: the model runner's, once per attention group per target step, and the drafter's, once per
+# draft. Per decoding step, beside the step time itself and what one FlashInfer `plan()` of the draft's
+# shape costs on its own (from the kernel benchmark):
+
+# %% tags=["nbval-ignore-output"]
+from dflash_fi.bench.results import build_breakdown, draft_overhead
+
+show(draft_overhead(kernels, e2e))
+show(build_breakdown(e2e, batch=1))
+
+# %% [markdown]
+# The FlashInfer draft pays for two FlashInfer builds per step where the FLASH_ATTN draft pays for almost
+# none: the drafter's own (FLASH_ATTN's drafter build skips all scheduling, `fast_build=True`), and the model
+# runner's for the draft layers' attention group, which it builds on every *target* step although no
+# target-step layer reads it (vLLM 0.22.1's runner builds metadata for every attention group in the KV-cache
+# group; with a FLASH_ATTN draft the draft layers share the target's group and its one build). `plan()`
+# itself is a small part of a FlashInfer build; the rest is the builder's own host work.
+#
+# ### The Qwen3-4B shape
+#
+# A 36-layer Qwen3-4B-shaped target and a 5-layer DFlash drafter, random weights: every draft is rejected
+# (tau 1), so only the time per decoding step means anything. With 36 target layers, what the graph mode
+# costs shows plainly (step 4 runs the target piecewise):
+
+# %% tags=["nbval-ignore-output"]
+from dflash_fi.bench.e2e import SHAPE_MODEL
+
+show(e2e_summary(e2e, model=SHAPE_MODEL))
+show(build_breakdown(e2e, batch=1, model=SHAPE_MODEL))
+
+# %% [markdown]
+# Here the step-6 drafter's builds take about 2.9 ms a step against step 4's 0.6 ms, though both run the same
+# builder code on the same batches. Two more engines ran with their builds under cProfile
+# (`DFLASH_FI_PROFILE_BUILDS=1`, which slows every build, so their timings live in files of their own,
+# `runs/*.build-profile-*.json`, and the README's "Where the FlashInfer draft's time goes" lists their
+# costliest functions; the check below reads them).
+
+# %% [markdown]
+# The time is in `Tensor.to`, called by the builder itself, not inside `plan()`. FlashInfer's builder reads `common_attn_metadata.seq_lens_cpu`, and the draft
+# metadata DFlash builds carries no host copy of the sequence lengths (`_seq_lens_cpu=None`), so vLLM copies
+# them from the GPU, a copy that waits for all queued GPU work (vLLM's own deprecation warning on
+# `seq_lens_cpu` says so). With full graphs the whole 36-layer target is one graph launch and the host runs
+# ahead, so the copy waits for the target's forward, and the drafter's remaining host work no longer overlaps
+# the GPU. Under step 4's piecewise graphs the host is behind anyway and the same copy costs little. The
+# FLASH_ATTN draft reads sequence lengths on the GPU and copies nothing. Planning FlashInfer from host-side
+# bounds instead is what upstream's open vLLM #57352 does; it is the next step, not taken here.
+
+# %% [markdown]
+# ### The targets
+#
+# Issue #10's targets, from the same files:
+
+# %% tags=["nbval-ignore-output"]
+from dflash_fi.bench.results import targets_table
+
+show(targets_table(kernels, e2e))
 
 # %% [markdown]
 # ### Check
@@ -171,3 +233,16 @@ assert by_step[4, "10.0"]["flashinfer_claim_draft_config"] == "UNIFORM_BATCH"
 assert by_step[5, "10.0"]["flashinfer_claim_draft_config"] == "UNIFORM_SINGLE_TOKEN_DECODE"
 assert len(graph_checks) == 4 and all(c.passed for c in graph_checks), [c.line() for c in graph_checks]
 assert len(eager_checks) == 2 and all(c.passed for c in eager_checks), [c.line() for c in eager_checks]
+
+# The metadata builds explain most of the FlashInfer draft's gap at batch 1 and 32 (graphs, embedded pair).
+from dflash_fi.bench.results import e2e_row
+for batch in (1, 32):
+    fa = e2e_row(e2e["rows"], "embedded", "FLASH_ATTN draft", batch, True)
+    fi = e2e_row(e2e["rows"], "embedded", "step 6 FLASHINFER draft", batch, True)
+    extra_builds = sum(fi["metadata_build_ms_per_step"].values()) - sum(fa["metadata_build_ms_per_step"].values())
+    assert extra_builds > 0.5 * (fi["step_ms"] - fa["step_ms"]) > 0, (batch, extra_builds, fi["step_ms"], fa["step_ms"])
+
+# At the Qwen3-4B shape, the step-6 drafter's profiled builds spend most of their own time in Tensor.to.
+from dflash_fi.bench.results import build_profiles
+step6_profile = [line for line in build_profiles(top=1).splitlines() if "step6" in line]
+assert len(step6_profile) == 1 and "method 'to'" in step6_profile[0], step6_profile
