@@ -154,13 +154,59 @@ def e2e_throughput(results: dict, model: str = "embedded", kv_dtype: str = "bf16
     return fig
 
 
+def draft_step_time(results: dict, batch: int = 1, runs=("FLASH_ATTN draft", "step 6 FLASHINFER draft")):
+    """Time per decoding step (graphs, bf16) of the FLASH_ATTN and final FlashInfer drafts, split into the host
+    time of each metadata build and the rest; one panel per model (embedded pair, Qwen3-4B shape). None when
+    no engine timed its builds."""
+    plt = _plt()
+    models = list(dict.fromkeys(r["model"] for r in results["rows"] if r.get("metadata_build_ms_per_step")))
+    if not models:  # results recorded before engines timed their builds
+        return None
+    fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 3.6), squeeze=False)
+    colors = {"target step": "#dd8452", "draft step": "#c44e52"}
+    for ax, model in zip(axes[0], models):
+        rows = [next((r for r in results["rows"] if (r["model"], r["run"], r["batch"], r["cuda_graphs"],
+                                                     r["kv_cache_dtype"]) == (model, run, batch, True, "bf16")), None)
+                for run in runs]
+        labelled = set()
+        for i, row in enumerate(rows):
+            if row is None:
+                continue
+            bottom = 0.0
+            for where, ms in sorted((row.get("metadata_build_ms_per_step") or {}).items()):
+                kind = "draft step" if where.startswith("draft step") else "target step"
+                backend = "FLASHINFER" if "FLASHINFER" in where else "FLASH_ATTN"
+                label = f"{kind} builds, {backend}"
+                ax.bar(i, ms, bottom=bottom, width=0.6, color=colors[kind], alpha=1 if backend == "FLASHINFER" else 0.45,
+                       label=None if label in labelled else label, edgecolor="white")
+                labelled.add(label)
+                bottom += ms
+            ax.bar(i, row["step_ms"] - bottom, bottom=bottom, width=0.6, color="#bbbbbb",
+                   label=None if "rest" in labelled else "rest of the step")
+            labelled.add("rest")
+            ax.text(i, row["step_ms"], f"{row['step_ms']:.2f} ms", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(runs)))
+        ax.set_xticklabels([run.replace(" FLASHINFER draft", " FlashInfer") for run in runs], fontsize=8)
+        ax.set_title(f"{model}, batch {batch}", fontsize=10)
+        ax.set_ylim(0, max((r["step_ms"] for r in rows if r), default=1) * 1.15)
+    axes[0][0].set_ylabel("ms per decoding step (graphs, bf16)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=7, frameon=False)
+    fig.suptitle(f"{results['gpu']}: where a decoding step's time goes (metadata builds on the host)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
 def write_benchmark_figures(kernels: dict | None, e2e: dict | None, out_dir: Path = FIGURES_DIR) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, make, data in (("bench-kernels", kernel_times, kernels), ("bench-e2e", e2e_throughput, e2e)):
+    for name, make, data in (("bench-kernels", kernel_times, kernels), ("bench-e2e", e2e_throughput, e2e),
+                             ("bench-draft-step", draft_step_time, e2e)):
         if data is None:
             continue
         fig = make(data)
+        if fig is None:
+            continue
         path = out_dir / f"{name}.svg"
         fig.savefig(path, format="svg", metadata={"Date": None})
         written.append(path)

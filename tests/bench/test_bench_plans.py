@@ -73,7 +73,12 @@ def test_benchmark_figures_are_text(tmp_path):
         {"model": "embedded", "run": run, "kv_cache_dtype": "bf16", "batch": b, "cuda_graphs": g, "tokens_per_s": 10.0}
         for run, *_ in EMBEDDED_RUNS for b in (1, 8) for g in (False, True)]}
     paths = write_benchmark_figures(kernels, e2e, tmp_path)
-    assert [p.name for p in paths] == ["bench-kernels.svg", "bench-e2e.svg"]
+    assert [p.name for p in paths] == ["bench-kernels.svg", "bench-e2e.svg"]  # no build times: no third figure
+    for row in e2e["rows"]:
+        row.update(step_ms=2.0, metadata_build_ms_per_step={"target step, FLASH_ATTN (4 layers)": 0.1,
+                                                            "draft step, FLASHINFER (2 layers)": 0.5})
+    paths = write_benchmark_figures(kernels, e2e, tmp_path)
+    assert [p.name for p in paths] == ["bench-kernels.svg", "bench-e2e.svg", "bench-draft-step.svg"]
     assert all(p.read_text().lstrip().startswith("<?xml") for p in paths)
 
 
