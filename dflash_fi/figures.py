@@ -158,6 +158,8 @@ def draft_step_time(results: dict, batch: int = 1, runs=("FLASH_ATTN draft", "st
     """Time per decoding step (graphs, bf16) of the FLASH_ATTN and final FlashInfer drafts, split into the host
     time of each metadata build and the rest; one panel per model (embedded pair, Qwen3-4B shape). None when
     no engine timed its builds."""
+    from dflash_fi.bench.results import e2e_row
+
     plt = _plt()
     models = list(dict.fromkeys(r["model"] for r in results["rows"] if r.get("metadata_build_ms_per_step")))
     if not models:  # results recorded before engines timed their builds
@@ -165,9 +167,7 @@ def draft_step_time(results: dict, batch: int = 1, runs=("FLASH_ATTN draft", "st
     fig, axes = plt.subplots(1, len(models), figsize=(5.2 * len(models), 3.6), squeeze=False)
     colors = {"target step": "#dd8452", "draft step": "#c44e52"}
     for ax, model in zip(axes[0], models):
-        rows = [next((r for r in results["rows"] if (r["model"], r["run"], r["batch"], r["cuda_graphs"],
-                                                     r["kv_cache_dtype"]) == (model, run, batch, True, "bf16")), None)
-                for run in runs]
+        rows = [e2e_row(results["rows"], model, run, batch, graphs=True) for run in runs]
         labelled = set()
         for i, row in enumerate(rows):
             if row is None:
@@ -208,6 +208,7 @@ def write_benchmark_figures(kernels: dict | None, e2e: dict | None, out_dir: Pat
         if fig is None:
             continue
         path = out_dir / f"{name}.svg"
-        fig.savefig(path, format="svg", metadata={"Date": None})
+        with _plt().rc_context({"svg.hashsalt": "dflash-fi"}):  # stable element ids: same data, same file
+            fig.savefig(path, format="svg", metadata={"Date": None})
         written.append(path)
     return written
