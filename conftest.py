@@ -8,12 +8,9 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 NO_GPU_REASON = "no CUDA GPU on this machine (GPU-only)"
-NOTEBOOK_STEPS = {"00": (0,), "01": (0, 1), "02": (2,), "03": (3,), "04": (4,), "05": (5, 6)}
 
 
 def pytest_configure(config):
@@ -40,6 +37,7 @@ def pytest_collection_modifyitems(config, items):
         if isinstance(step, int):
             item.add_marker(getattr(pytest.mark, f"step{step}"))
         if cell is not None:
-            prefix = re.match(r"(\d\d)_", item.path.name)
-            for n in NOTEBOOK_STEPS.get(prefix.group(1) if prefix else "", ()):
+            from dflash_fi.evidence.notebooks import STEPS_OF_NOTEBOOK
+
+            for n in STEPS_OF_NOTEBOOK.get(item.path.stem, ()):
                 item.add_marker(getattr(pytest.mark, f"step{n}"))

@@ -12,7 +12,7 @@ The parts, and the direction they may import in (each folder's __init__ says wha
     engine/                                        one vLLM engine per process, and its record
     evidence/                                      the ledger under runs/, the walkthrough and its checks
     bench/                                         the kernel and end-to-end benchmarks
-    figures.py  notebook.py  readme.py              pictures, the notebooks' helpers, README's generated blocks
+    figures/  notebook.py  readme.py               pictures, the notebooks' helpers, README's generated blocks
     cli.py  commands.py                            the command line
 """
 

@@ -69,10 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("run", commands.run, "one DFlash (or plain) vLLM engine on the GPU, recorded under runs/")
     step_arg(p, "0")
-    p.add_argument("--draft-backend", default="FLASHINFER", choices=DRAFT_BACKENDS)
+    p.add_argument("--draft-backend", default="FLASHINFER", choices=(*DRAFT_BACKENDS, "selector"),
+                   help="selector: name none, vLLM's selector chooses (as for the RTX 4090 case)")
     p.add_argument("--target-backend", default=None, choices=["FLASHINFER", "FLASH_ATTN"],
                    help="the target's attention backend (default: vLLM chooses)")
     p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES)
+    p.add_argument("--flash-attn-version", type=int, default=None, choices=(2, 3),
+                   help="force vLLM's FlashAttention version (2: all an RTX 4090 has, no fp8 KV)")
     p.add_argument("--no-spec", dest="speculative", action="store_false", help="plain greedy decoding")
     p.add_argument("--target", default=str(DEFAULT_TARGET), help="local dir or hub id, e.g. Qwen/Qwen3-4B")
     p.add_argument("--drafter", default=str(DEFAULT_DRAFTER), help="e.g. z-lab/Qwen3-4B-DFlash-b16")
@@ -83,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.4, help="raise for real models, e.g. 0.85")
     p.add_argument("--num-gpu-blocks", type=_positive, default=None,
                    help="pin the KV cache to N blocks (default: sized from free GPU memory)")
+    p.add_argument("--max-num-seqs", type=_positive, default=None, help="vLLM's max_num_seqs (default: vLLM's)")
+    p.add_argument("--workload", action="append", choices=("uniform", "mixed"),
+                   help="what to generate, in order (repeatable; default: uniform)")
+    p.add_argument("--logprobs", type=_positive, default=None, help="record the target's top-k logprobs")
     p.add_argument("--label", default=None)
     p.add_argument("--no-ledger", action="store_true", help="do not append the record to runs/")
     p.add_argument("--json", action="store_true")
@@ -106,16 +113,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", type=_positive, default=32)
     p.add_argument("--max-new-tokens", type=_positive, default=128)
 
-    p = command("bench", commands.bench, "benchmarks on the GPU: kernels, or whole engines (e2e)")
+    p = command("bench", commands.bench, "benchmarks on the GPU: kernels, or whole engines in turns (e2e)")
     p.add_argument("what", choices=["kernels", "e2e"])
-    p.add_argument("--quick", action="store_true", help="a few shapes only, to try the command")
-    p.add_argument("--no-shape", action="store_true", help="e2e: leave out the Qwen3-4B-shaped engines")
-    p.add_argument("--kv-cache-dtype", default=None, choices=KV_CACHE_DTYPES,
-                   help="e2e: only this KV dtype (a results file of its own; they are read together)")
-    p.add_argument("--only", default=None, metavar="TEXT",
-                   help="e2e: only the engines whose label contains TEXT, e.g. qwen3-4b-shape")
-    p.add_argument("--record", action="store_true", help="write runs/<gpu>.bench-<what>.json (committed evidence)")
+    p.add_argument("--quick", action="store_true", help="a few shapes (kernels) or fewer tokens (e2e), to try it")
+    p.add_argument("--models", default="all", choices=["all", "embedded", "shape"],
+                   help="e2e: the embedded pair, the Qwen3-4B shape, or both (default)")
+    p.add_argument("--rounds", type=_positive, default=4, help="e2e: rounds of every engine in turn (default 4)")
+    p.add_argument("--record", action="store_true",
+                   help="write runs/<gpu>.bench-kernels|turns-<commit>.json (committed evidence)")
     p.add_argument("--out", default=None, help="results file (default: artifacts/bench/, or runs/ with --record)")
+
+    p = command("near-ties", commands.near_ties,
+                "measure the near-tie margin: where correct engines' greedy outputs part (GPU)")
+    p.add_argument("--record", action="store_true",
+                   help="write runs/<gpu>.near-tie-margin-<commit>.json and append the engines to runs/<gpu>.jsonl")
+    p.add_argument("--out", default=None, help="measurement file (default: artifacts/, or runs/ with --record)")
 
     command("figures", commands.figures, "draw docs/figures/*.svg from the benchmark results under runs/")
 

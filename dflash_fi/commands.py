@@ -62,11 +62,13 @@ def run(args) -> int:
     spec = RunSpec(
         label=args.label or f"step{args.step}-{args.draft_backend}-{args.kv_cache_dtype}"
         + ("" if args.speculative else "-nospec") + ("-graphs" if args.cuda_graphs else ""),
-        step=args.step, draft_backend=args.draft_backend, target_backend=args.target_backend,
-        kv_cache_dtype=args.kv_cache_dtype, speculative=args.speculative, target=args.target, drafter=args.drafter,
-        prompts_file=args.prompts_file, num_prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+        step=args.step, draft_backend=None if args.draft_backend == "selector" else args.draft_backend,
+        target_backend=args.target_backend, kv_cache_dtype=args.kv_cache_dtype,
+        flash_attn_version=args.flash_attn_version, speculative=args.speculative, target=args.target,
+        drafter=args.drafter, prompts_file=args.prompts_file, num_prompts=args.prompts,
+        max_new_tokens=args.max_new_tokens, workloads=tuple(args.workload or ("uniform",)),
         cuda_graphs=args.cuda_graphs, gpu_memory_utilization=args.gpu_memory_utilization,
-        num_gpu_blocks=args.num_gpu_blocks,
+        num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=args.max_num_seqs, logprobs=args.logprobs,
     ).validate()
     gpu = require_gpu("dflash-fi run")
     record = run_engine(spec)
@@ -122,12 +124,11 @@ def walkthrough(args) -> int:
 def bench(args) -> int:
     from dflash_fi.evidence.ledger import RUNS_DIR, gpu_slug
     from dflash_fi.logs import LOG_DIR
-    from dflash_fi.stack import require_gpu
+    from dflash_fi.stack import git_commit, require_gpu
 
     gpu = require_gpu(f"dflash-fi bench {args.what}")
-    part = "".join(f"-{x}" for x in (args.kv_cache_dtype, args.only and args.only.split("|")[0].strip())
-                   if args.what == "e2e" and x)
-    name = f"{gpu_slug(gpu.name)}.bench-{args.what}{part}.json"
+    kind = "kernels" if args.what == "kernels" else "turns"
+    name = f"{gpu_slug(gpu.name)}.bench-{kind}-{(git_commit() or 'unknown')[:7]}.json"
     out = Path(args.out) if args.out else (RUNS_DIR if args.record else LOG_DIR.parent / "bench") / name
     if args.record and out.exists():
         from dflash_fi.errors import BadInput
@@ -140,22 +141,30 @@ def bench(args) -> int:
 
         results = run_kernel_bench(quick=args.quick)
     else:
-        from dflash_fi.bench.e2e import format_rows, run_e2e_bench
+        from dflash_fi.bench.e2e import EMBEDDED, SHAPE_MODEL, run_e2e_bench
+        from dflash_fi.bench.turns import turns_table
 
-        from dflash_fi.vocabulary import KV_CACHE_DTYPES
-
-        kv = (args.kv_cache_dtype,) if args.kv_cache_dtype else KV_CACHE_DTYPES
-        results = run_e2e_bench(quick=args.quick, shape=not args.no_shape, kv_dtypes=kv, only=args.only)
-        print(format_rows(results["rows"]))
+        models = {"all": (EMBEDDED, SHAPE_MODEL), "embedded": (EMBEDDED,), "shape": (SHAPE_MODEL,)}[args.models]
+        results = run_e2e_bench(quick=args.quick, models=models, rounds=args.rounds)
+        for model in models:
+            print(f"\n{model}:\n{turns_table(results, model)}")
     print(f"results: {write_results(results, out)}")
+    return 0
+
+
+def near_ties(args) -> int:
+    from dflash_fi.evidence.near_ties import run_calibration
+
+    run_calibration(record=args.record, out=args.out)
     return 0
 
 
 def figures(args) -> int:
     from dflash_fi.bench.results import latest_results
+    from dflash_fi.bench.turns import latest_turns
     from dflash_fi.figures import write_benchmark_figures
 
-    for path in write_benchmark_figures(latest_results("kernels"), latest_results("e2e")):
+    for path in write_benchmark_figures(latest_results("kernels"), latest_turns()):
         print(path)
     return 0
 

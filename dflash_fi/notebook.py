@@ -1,9 +1,10 @@
-"""What the notebooks share: the first cell's set-up, live GPU runs, and evidence with its checks.
+"""What the notebooks share: the first cell's set-up, the engine calls they show and run, and the checks.
 
 A notebook's live cells run small engines on the GPU (several at once where the GPU has room) and check
 them with the walkthrough's own check functions and tolerances, against a reference-decoder run on the
 same prompts. On a machine without a GPU the same check cells run on the last walkthrough committed under
-runs/, and say so. Nothing here runs at import.
+runs/, and say so. A live cell prints only what every GPU prints alike (outcomes, in the notebook's order);
+numbers that move from engine to engine go to cells tagged `nbval-ignore-output`. Nothing here runs at import.
 """
 
 from __future__ import annotations
@@ -33,9 +34,10 @@ class Session:
         return self.on_gpu
 
     def run_live(self, labels: list[str]) -> dict | None:
-        """Run the walkthrough's rows `labels` here, on this GPU, small; None (and a note) without a GPU."""
+        """Run the walkthrough's rows `labels` here, on this GPU, small; None (and a note) without a GPU.
+        Prints one line per run, in the order given: its outcome, and whether that is the expected one."""
         from dflash_fi.engine.pool import run_engines, share_gpus
-        from dflash_fi.evidence.plan import expected_to_fail, walkthrough_plan
+        from dflash_fi.evidence.plan import expected_to_fail, live_spec
         from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
         from dflash_fi.reference.evaluate import evaluate_pair
 
@@ -45,11 +47,16 @@ class Session:
         if self.live_reference is None:
             self.live_reference = evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=LIVE_PROMPTS),
                                                 LIVE_NEW_TOKENS, device="cuda")
-        specs = [s for s in walkthrough_plan(LIVE_PROMPTS, LIVE_NEW_TOKENS) if s.label in labels]
-        slots = share_gpus(specs)
-        records = run_engines(specs, slots, f"notebook {self.name}", expected_to_fail=expected_to_fail,
-                              print_fn=lambda line: print(line.split("  artifacts/")[0]))
+        specs = [live_spec(label, LIVE_PROMPTS, LIVE_NEW_TOKENS) for label in labels]
+        records = run_engines(specs, share_gpus(specs), f"notebook {self.name}", expected_to_fail=expected_to_fail,
+                              print_fn=lambda line: None)  # completion order and times differ from run to run
         self.live.update(records)
+        for spec in specs:
+            record = records[spec.label]
+            expected = "fails" if expected_to_fail(spec) else "runs"
+            seen = live_outcome(record)
+            verdict = "as expected" if seen.startswith(expected) else f"UNEXPECTED (expected: {expected})"
+            print(f"{spec.label}: {seen}, {verdict}")
         return records
 
     def evidence(self, labels: list[str]) -> tuple[dict[str, dict], dict, str]:
@@ -61,32 +68,50 @@ class Session:
                     f"live, in this notebook, on {self.gpu.name} ({LIVE_PROMPTS} prompts x {LIVE_NEW_TOKENS} tokens)")
         records, provenance = recorded_walkthrough()
         reference = next(iter(records.values()))["spec"]["extra"]["reference"]
-        return records, reference, f"committed records, not run here: {provenance}"
+        return ({label: records[label] for label in labels if label in records}, reference,
+                f"committed records, not run here: {provenance}")
 
-    def check(self, records: dict, reference: dict, prefixes: tuple[str, ...]) -> list:
-        """The walkthrough's checks whose names start with `prefixes`, on these records; printed."""
+    def check(self, records: dict, reference: dict, names: tuple[str, ...]) -> list:
+        """The walkthrough's checks whose names start with one of `names` and whose runs are all in `records`, on
+        these records; one line each."""
         from dflash_fi.evidence.checks import CHECKS, check_records
+        from dflash_fi.evidence.near_ties import committed_margin
 
-        names = {c.name for c in CHECKS if c.name.startswith(prefixes)}
-        checks = [c for c in check_records(records, reference) if c.name in names]
+        wanted = {c.name for c in CHECKS if c.name.startswith(names) and set(c.needs) <= set(records)}
+        checks = [c for c in check_records(records, reference, committed_margin()) if c.name in wanted]
         for c in checks:
             print(c.line())
         return checks
 
 
+def live_outcome(record: dict) -> str:
+    """'runs' or 'fails: ValueError at selection': the part of an outcome every GPU shows alike."""
+    if record.get("ok"):
+        return "runs"
+    e = record.get("error") or {}
+    return f"fails: {e.get('type')} at {e.get('phase')}"
+
+
 def setup(name: str) -> Session:
     """The first cell: vLLM's log lines to a file, and what this notebook runs on."""
-    from dflash_fi.logs import quiet_vllm, relative
+    from dflash_fi.logs import quiet_vllm
     from dflash_fi.stack import cuda_gpu, git_commit, stack_report
 
-    log = quiet_vllm(f"notebook-{name}")
+    quiet_vllm(f"notebook-{name}")
     report = stack_report()
     gpu = cuda_gpu()
     print(f"notebook {name}: {'GPU ' + gpu.name + ' (SM ' + gpu.sm + ')' if gpu else 'no CUDA GPU (CPU parts only)'}")
     print(f"vllm {report.vllm}, flashinfer {report.flashinfer}, torch {report.torch}, python {report.python}, "
           f"commit {git_commit()}")
-    print(f"vLLM's log lines go to {relative(log)}")
-    return Session(name=name, gpu=gpu, log_file=log)
+    print("vLLM's own log lines go to a file under artifacts/logs/ (dflash-fi's log directory), not into cells")
+    return Session(name=name, gpu=gpu)
+
+
+def check(name: str, passed: bool, detail: str = "") -> None:
+    """One line of a check cell: PASS (or an AssertionError) with what was checked."""
+    line = f"{'PASS' if passed else 'FAIL'}  {name}" + (f": {detail}" if detail else "")
+    print(line)
+    assert passed, line
 
 
 def show(markdown: str) -> None:
@@ -96,17 +121,30 @@ def show(markdown: str) -> None:
     display(Markdown(markdown))
 
 
+def show_diff(diff: str) -> None:
+    """A unified diff, coloured as a diff in JupyterLab (a markdown `diff` block; plain text elsewhere)."""
+    show(f"```diff\n{diff}```")
+
+
+def show_engines(labels: list[str]) -> None:
+    """The engines a live cell starts, as a reader would start each in a script of its own (one engine per
+    process: the plugin reads DFLASH_FI_STEP when vLLM starts)."""
+    from dflash_fi.engine.spec import engine_call
+    from dflash_fi.evidence.plan import live_spec
+
+    blocks = [f"# {label}\n{engine_call(live_spec(label, LIVE_PROMPTS, LIVE_NEW_TOKENS))}" for label in labels]
+    show("```python\nimport os\nfrom vllm import LLM\n\n" + "\n\n".join(blocks) + "\n```")
+
+
 def step_map() -> str:
     """Markdown: each step, what its hunks change, its notebook, and the command that runs its tests."""
-    from dflash_fi.evidence.notebooks import NOTEBOOKS_DIR
+    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP
     from dflash_fi.steps import STEPS, step_module, step_title
 
-    notebooks = {int(p.name[:2]): p.stem for p in NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py")}
     lines = ["| step | what it is | hunks (what each changes) | notebook | tests |", "|---|---|---|---|---|"]
     for step in STEPS:
         previous = step_module(step - 1).HUNKS if step else ()
         hunks = "; ".join(h.why for h in step_module(step).HUNKS[len(previous):]) or "none: vLLM as shipped"
-        notebook = notebooks.get(min(step, max(notebooks)))
-        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | `{notebook}` | "
-                     f"`pytest -m step{step}` |")
+        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
+                     f"`{NOTEBOOK_OF_STEP[step]}` | `pytest -m step{step}` |")
     return "\n".join(lines)

@@ -14,29 +14,52 @@ from dflash_fi.stack import REPO_ROOT
 README = REPO_ROOT / "README.md"
 
 
+def _embedded_heads() -> tuple[int, int]:
+    import json
+
+    from dflash_fi.models import DEFAULT_TARGET
+
+    config = json.loads((DEFAULT_TARGET / "config.json").read_text())
+    return config["num_attention_heads"], config["num_key_value_heads"]
+
+
+def _engine_blocks(kernels: dict) -> dict[str, str]:
+    from dflash_fi.bench.e2e import EMBEDDED, SHAPE_MODEL
+    from dflash_fi.bench.turns import build_table, latest_turns, targets_table, turns_table
+    from dflash_fi.errors import NoRecord
+
+    try:
+        turns = latest_turns()
+    except NoRecord as exc:
+        return {name: f"Not measured yet: {exc}" for name in ("performance-targets", "e2e-summary", "draft-overhead")}
+    source = (f"{turns['gpu']} (SM {turns['compute_capability']}), `runs/{turns['file']}` (commit "
+              f"{turns['git_commit'][:10]}, {turns['finished_at']}), {turns['rounds']} rounds of every engine in turn.")
+    return {
+        "performance-targets": f"{source}\n\n{targets_table(kernels, turns, _embedded_heads())}",
+        "e2e-summary": (f"{source}\n\nThe embedded pair, output tokens/s (median of the rounds):\n\n"
+                        f"{turns_table(turns, EMBEDDED)}\n\nThe Qwen3-4B shape (random weights, tau 1), ms per "
+                        f"decoding step (median of the rounds):\n\n{turns_table(turns, SHAPE_MODEL)}"),
+        "draft-overhead": (f"{source}\n\nEmbedded pair, batch 1:\n\n{build_table(turns, EMBEDDED, 1)}\n\nEmbedded "
+                           f"pair, batch 32:\n\n{build_table(turns, EMBEDDED, 32)}\n\nThe Qwen3-4B shape, batch 1:"
+                           f"\n\n{build_table(turns, SHAPE_MODEL, 1)}\n\nThe Qwen3-4B shape, batch 32:\n\n"
+                           f"{build_table(turns, SHAPE_MODEL, 32)}"),
+    }
+
+
 def blocks() -> dict[str, str]:
-    from dflash_fi.bench.e2e import SHAPE_MODEL
-    from dflash_fi.bench.results import (build_breakdown, build_profiles, draft_overhead, e2e_pivot, e2e_summary,
-                                         kernel_summary, latest_results, targets_table)
-    from dflash_fi.evidence.report import recorded_walkthrough, render_table
+    from dflash_fi.bench.results import kernel_summary, latest_results
+    from dflash_fi.evidence.report import recorded_walkthrough, render_mixed_table, render_table
 
     records, provenance = recorded_walkthrough()
-    kernels, e2e = latest_results("kernels"), latest_results("e2e")
-    parts = ", ".join(f"`runs/{p['file']}` (commit {p['git_commit'][:10]}, {p['finished_at']})" for p in e2e["parts"])
+    kernels = latest_results("kernels")
+    mixed = render_mixed_table(records) if any("mixed" in r for r in records.values()) else "(not recorded)"
     return {
         "walkthrough-table": f"<!-- {provenance} -->\n{render_table(records)}",
-        "performance-targets": targets_table(kernels, e2e),
-        "kernel-summary": (f"{kernels['gpu']} (SM {kernels['compute_capability']}), `runs/{kernels['parts'][0]['file']}` "
+        "mixed-table": mixed,
+        "kernel-summary": (f"{kernels['gpu']} (SM {kernels['compute_capability']}), `runs/{kernels['parts'][-1]['file']}` "
                            f"(commit {kernels['git_commit'][:10]}); device-to-device copy {kernels['copy_GBps']:.0f} GB/s "
                            f"(read + written).\n\n{kernel_summary(kernels)}"),
-        "e2e-summary": (f"{e2e['gpu']} (SM {e2e['compute_capability']}): {parts}. Output tokens/s, the fastest of the "
-                        f"repeats (the slowest in brackets).\n\nbf16 KV cache:\n\n{e2e_pivot(e2e, 'bf16')}\n\n"
-                        f"fp8-e4m3 KV cache:\n\n{e2e_pivot(e2e, 'fp8-e4m3')}"),
-        "draft-overhead": (f"Embedded pair, bf16, graphs:\n\n{draft_overhead(kernels, e2e)}\n\nAt batch 1, by builder:\n\n"
-                           f"{build_breakdown(e2e, batch=1)}\n\nThe Qwen3-4B shape (random weights, tau 1):\n\n"
-                           f"{e2e_summary(e2e, model=SHAPE_MODEL)}\n\n{build_breakdown(e2e, batch=1, model=SHAPE_MODEL)}"
-                           f"\n\nProfiled drafter builds at that shape, costliest functions by own time:\n\n"
-                           f"{build_profiles(top=4)}"),
+        **_engine_blocks(kernels),
     }
 
 

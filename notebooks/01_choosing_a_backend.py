@@ -8,6 +8,10 @@
 #       format_name: percent
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
 # ---
 
 # %% [markdown]
@@ -25,8 +29,8 @@
 # The walk is short enough to read in full:
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import setup, show
-from dflash_fi.evidence.plan import FLASH_ATTN, step_label
+from dflash_fi.evidence import plan as P
+from dflash_fi.notebook import check, setup, show, show_diff, show_engines
 
 session = setup("01_choosing_a_backend")
 
@@ -56,21 +60,30 @@ print(inspect.getsource(DFlashProposer._create_draft_vllm_config))
 # platform does not list for that GPU shows `-`.
 
 # %%
-from dflash_fi.lab.selector import verdict_table
+from dflash_fi.lab.selector import selector_matrix, verdict_table
 from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
 
 show(verdict_table(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL)))
+matrix = [r for r in selector_matrix(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL)) if r["role"] == "draft"]
+stranded = [f"SM {r['capability']} + {r['kv_cache_dtype']} KV" for r in matrix if r["step"] == 0 and r["auto_backend"] is None]
+print(f"What to see: at step 0 FLASHINFER says 'non-causal attention not supported' in all "
+      f"{sum(r['step'] == 0 for r in matrix)} columns, and {len(stranded)} leave the draft with no backend at all "
+      f"({', '.join(stranded)}); at step 1 FLASHINFER is ok in every column.")
 
 # %% [markdown]
-# The same answers as a picture: what happens when FLASHINFER is requested for the draft, and what vLLM
-# picks when nothing is requested. At step 0 the 4090 + FP8 cell has no backend at all.
+# The same answers as a picture: what happens when FLASHINFER is asked for the draft, and what vLLM picks when
+# nothing is asked for.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import selector_grid
-from dflash_fi.lab.selector import selector_matrix
 
-matrix = [r for r in selector_matrix(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL)) if r["role"] == "draft"]
 selector_grid(matrix);
+
+# %%
+rescued = {f"SM {r['capability']} + {r['kv_cache_dtype']} KV": r["auto_backend"] for r in matrix
+           if r["step"] == 1 and f"SM {r['capability']} + {r['kv_cache_dtype']} KV" in stranded}
+print(f"What to see: every cell turns green at step 1; where step 0 left the draft with nothing, vLLM now picks "
+      + ", ".join(f"{b} ({cell})" for cell, b in rescued.items()) + "; elsewhere its first choice stays FLASH_ATTN.")
 
 # %% [markdown]
 # ## Step 1: one method
@@ -81,7 +94,7 @@ selector_grid(matrix);
 # %%
 from dflash_fi.steps import hunk_diff
 
-print(hunk_diff(1))
+show_diff(hunk_diff(1))
 
 # %% [markdown]
 # The selector is now happy, but nothing below it knows about non-causal attention. The real
@@ -101,31 +114,63 @@ for key in ("selection", "prefill", "plan_causal", "metadata_causal", "dflash_ch
 # %% [markdown]
 # ## On the GPU
 #
-# Three engines on the embedded pair: DFlash with the FLASH_ATTN draft (the reference), with the stock
-# FLASHINFER draft (step 0), and with step 1's. Each runs in its own process; vLLM's log lines go to a log
-# file per engine.
+# Four engines on the embedded pair: DFlash with the FLASH_ATTN draft (the reference), with the stock
+# FLASHINFER draft (step 0), with step 1's, and the RTX 4090 case: an FP8 KV cache with vLLM's FlashAttention
+# forced to version 2 (all a 4090 has, which stores no FP8 KV), and the draft's backend left to the selector.
+# Each runs in its own process (vLLM's log lines go to a log file per engine); this is how each is started,
+# and the same arguments a script of yours would pass:
+
+# %%
+live_labels = [P.FLASH_ATTN, P.step_label(0), P.step_label(1), P.RTX4090_STOCK]
+show_engines(live_labels)
 
 # %% tags=["gpu"]
-live = session.run_live([FLASH_ATTN, step_label(0), step_label(1)])
+live = session.run_live(live_labels)
 
 # %% [markdown]
-# The walkthrough's checks for steps 0 and 1, on those live runs (or, on a machine without a GPU, on the
-# walkthrough committed under `runs/`):
+# The walkthrough's checks for steps 0 and 1 and for the stock RTX 4090 case, on those live runs (or, on a
+# machine without a GPU, on the walkthrough committed under `runs/`):
 
 # %% tags=["nbval-ignore-output"]
-records, reference, source = session.evidence([FLASH_ATTN, step_label(0), step_label(1)])
+records, reference, source = session.evidence(live_labels)
 print(source)
-checks = session.check(records, reference, ("step 0", "step 1"))
+checks = session.check(records, reference, ("step 0", "step 1", "RTX 4090 case, stock"))
+
+# %% [markdown]
+# What vLLM itself says when it starts the stock engine of the RTX 4090 case: its selector's whole message,
+# every backend and its reasons.
+
+# %% tags=["nbval-ignore-output"]
+import textwrap
+
+error = records[P.RTX4090_STOCK].get("error") or {}
+print(textwrap.fill(f"{error.get('type')}: {error.get('message', '').strip()}", 110))
+print(f"\nWhat to see: on an H200, with only its FlashAttention version forced to 2 and an FP8 cache, vLLM 0.22.1 "
+      "refuses the draft exactly as it would on an RTX 4090. What still differs from a real 4090: the silicon is "
+      "SM 9.0 (vLLM's capability checks see 9.0, not 8.9), FlashInfer picks its own kernels for SM 9.0, and there "
+      "is far more memory.")
 
 # %% [markdown]
 # ### Check
 
-# %%
+# %% tags=["nbval-ignore-output"]
 step0 = {(r["capability"], r["kv_cache_dtype"]): r for r in matrix if r["step"] == 0}
 step1 = {(r["capability"], r["kv_cache_dtype"]): r for r in matrix if r["step"] == 1}
-assert all("non-causal attention not supported" in r["flashinfer"] for r in step0.values())
-assert step0["8.9", "fp8"]["auto_backend"] is None  # the RTX 4090 + FP8 case: nothing left
-assert all(r["flashinfer"] == "accepted" for r in step1.values())
-assert step1["8.9", "fp8"]["auto_backend"] == "FLASHINFER"
-assert draft_row["dflash_check"].startswith("fail") and draft_row["metadata_causal"] == "absent"
-assert len(checks) == 3 and all(c.passed for c in checks), [c.line() for c in checks]
+check("stock FLASHINFER refuses the draft everywhere, for non-causal attention",
+      all("non-causal attention not supported" in r["flashinfer"] for r in step0.values()), f"{len(step0)} columns")
+check("the RTX 4090 + FP8 draft has no backend at step 0 and FLASHINFER at step 1",
+      step0["8.9", "fp8"]["auto_backend"] is None and step1["8.9", "fp8"]["auto_backend"] == "FLASHINFER")
+check("step 1's FLASHINFER is accepted in every column", all(r["flashinfer"] == "accepted" for r in step1.values()))
+check("step 1's metadata has no causal field and DFlash's guard refuses it",
+      draft_row["dflash_check"].startswith("fail") and draft_row["metadata_causal"] == "absent")
+check(f"the walkthrough's {len(checks)} checks for these runs pass", len(checks) == 4 and all(c.passed for c in checks),
+      source.split(":")[0])
+
+# %% [markdown]
+# ## What you saw, and what's next
+#
+# - vLLM asks every backend `validate_configuration`; DFlash's draft config adds `use_non_causal=True`, and stock
+#   FlashInfer says no. With an FP8 cache where FlashAttention is version 2 (an RTX 4090, or forced), nothing is left.
+# - Step 1's one method gets past the selector, and straight into DFlash's own guard.
+#
+# Next, notebook 2: the metadata builder, the `causal` field, and a step that runs but is silently wrong.

@@ -8,6 +8,10 @@
 #       format_name: percent
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
 # ---
 
 # %% [markdown]
@@ -19,12 +23,13 @@
 # builder turns that into its own metadata, deciding which kernels run which requests.
 #
 # FlashInfer's builder first splits the batch into decodes and prefills (`split_decodes_and_prefills`):
-# requests with at most `reorder_batch_threshold` query tokens are decodes, served by decode kernels (or
-# TRTLLM); the rest are prefills. The runner orders every batch decodes first, so the split is one boundary.
+# requests with at most `reorder_batch_threshold` query tokens are *decode* requests, served by decode kernels
+# (or TRTLLM); the rest are *prefill* requests. The runner orders every batch decodes first, so the split is one
+# boundary.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import setup, show
-from dflash_fi.evidence.plan import FLASH_ATTN, step_label
+from dflash_fi.evidence import plan as P
+from dflash_fi.notebook import check, setup, show, show_diff, show_engines
 
 session = setup("02_causal_metadata")
 
@@ -45,63 +50,96 @@ print(source[source.index("    max_query_len"):])
 # %%
 from dflash_fi.steps import hunk_diff
 
-print(hunk_diff(2))
+show_diff(hunk_diff(2))
 
 # %% [markdown]
 # ## What each batch becomes
 #
-# The real `FlashInferMetadataBuilder.build()` of steps 1 and 2, on six standard batches (the DFlash ones
-# are what the proposer builds: one block of 16 queries per request). FlashInfer's wrapper objects are the
-# only doubles (they would JIT-compile CUDA kernels); each records its `plan()` call. On an H100/H200 the
-# 16-token draft requests were already prefills (the threshold is 1):
+# The real `FlashInferMetadataBuilder.build()` of steps 1 and 2, on six standard batches (the DFlash ones are
+# what the proposer builds: one block of 16 queries per request). Each cell: how many of the batch's requests
+# go to decode and to prefill kernels, on which path, and the causality `plan()` was given; for draft batches
+# also `metadata.causal` and DFlash's own check. FlashInfer's wrapper objects are the only doubles (they would
+# JIT-compile CUDA kernels); each records its `plan()` call. On an H100/H200 (threshold 1):
 
 # %%
-from dflash_fi.lab.routing import routing_table
+from dflash_fi.lab.routing import routing_report, routing_table
 from dflash_fi.vocabulary import BLACKWELL
 
 show(routing_table(steps=(1, 2)))
+step1, step2 = (routing_report(s)["batches"][0] for s in (1, 2))
+print(f"What to see: the draft's routing is the same at both steps ({step2['num_prefills']} prefill requests, "
+      f"plan causal={step2['plan_causal']}); what changes is metadata.causal ({step1['metadata_causal']} -> "
+      f"{step2['metadata_causal']}), and with it DFlash's check ({step1['dflash_check'].split(':')[0]} -> "
+      f"{step2['dflash_check']}). Target batches do not move.")
 
 # %% [markdown]
 # Where TRTLLM attention is available (Blackwell, SM 10.x), vLLM raises the threshold to `1 + 2 x 15` for
-# speculative decoding, so stock sends the DFlash draft to **TRTLLM decode**. Step 2 makes it a prefill:
+# speculative decoding, so the DFlash draft's 16-token requests would be decodes:
 
 # %%
 show(routing_table(steps=(1, 2), capability=BLACKWELL, trtllm=True))
+stock_blackwell, step2_blackwell = (routing_report(s, trtllm=True)["batches"][0] for s in (1, 2))
+print(f"What to see: on Blackwell step 1 sends the draft to {stock_blackwell['decode']} "
+      f"({stock_blackwell['num_decodes']} decode requests); step 2 makes them {step2_blackwell['num_prefills']} "
+      f"prefill requests, on {step2_blackwell['prefill']}: still causal, which step 4 fixes.")
 
 # %% [markdown]
 # DFlash's check passes now, but look at the draft's `plan causal=True`: the prefill wrapper is still planned
 # causal (and on Blackwell the prefill is TRTLLM's, causal too). This half-finished state **runs, and is
 # silently wrong**: every block token sees only the block tokens before it. The reference decoder says what
-# that costs, and vLLM on the GPU must agree.
+# that costs, and vLLM on the GPU must agree. The engines:
+
+# %%
+live_labels = [P.FLASH_ATTN, P.step_label(2)]
+show_engines(live_labels)
 
 # %% tags=["gpu"]
-live = session.run_live([FLASH_ATTN, step_label(2)])
+live = session.run_live(live_labels)
 
 # %% tags=["nbval-ignore-output"]
-records, reference, source = session.evidence([FLASH_ATTN, step_label(2)])
+records, reference, source = session.evidence(live_labels)
 print(source)
 print(f"reference decoder on the same prompts: tau non-causal {reference['tau_noncausal']:.3f}, "
       f"causal {reference['tau_causal']:.3f}")
 checks = session.check(records, reference, ("step 2",))
 
 # %% [markdown]
-# Acceptance per draft position: with causal block attention the drafts fall behind from the first position
-# on, because the anchor's own draft can no longer look at the positions it must fill.
+# Acceptance per draft position, with the reference decoder's two predictions:
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import acceptance_by_position
 
-acceptance_by_position(records, [FLASH_ATTN, step_label(2)]);
+acceptance_by_position(records, live_labels, title="Step 2 runs silently causal: acceptance per draft position",
+                       reference=reference);
+fa, s2 = (records[label]["per_position_acceptance"] for label in live_labels)
+
+
+def mean_distance(a, b):
+    return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
+
+
+ref = reference["per_position_acceptance"]
+print(f"What to see: step 2 is {mean_distance(s2, ref['causal']):.3f} from the reference's causal curve on average "
+      f"and {mean_distance(s2, ref['noncausal']):.3f} from its non-causal one; the FLASH_ATTN draft "
+      f"{mean_distance(fa, ref['noncausal']):.3f} from the non-causal one. At the first position step 2 accepts "
+      f"{s2[0]:.2f} of drafts against {fa[0]:.2f}.")
 
 # %% [markdown]
 # ### Check
 
-# %%
-from dflash_fi.lab.routing import routing_report
+# %% tags=["nbval-ignore-output"]
+check("on Blackwell, stock sends the draft to TRTLLM decode; step 2 to prefill",
+      stock_blackwell["decode"] == "TRTLLM decode" and step2_blackwell["num_decodes"] == 0)
+check("step 2's draft metadata says causal=False and DFlash's check passes",
+      step2["metadata_causal"] is False and step2["dflash_check"] == "pass")
+check("step 2 still plans the draft causal (the silent bug)", step2["plan_causal"] is True)
+check(f"the walkthrough's {len(checks)} checks for step 2 pass", len(checks) == 2 and all(c.passed for c in checks),
+      source.split(":")[0])
 
-stock_blackwell, step2_blackwell = (routing_report(s, trtllm=True)["batches"][0] for s in (1, 2))
-step2 = routing_report(2)["batches"][0]
-assert stock_blackwell["decode"] == "TRTLLM decode" and step2_blackwell["num_decodes"] == 0
-assert step2["metadata_causal"] is False and step2["dflash_check"] == "pass"
-assert step2["plan_causal"] is True  # the silent bug
-assert len(checks) == 2 and all(c.passed for c in checks), [c.line() for c in checks]
+# %% [markdown]
+# ## What you saw, and what's next
+#
+# - The builder's decode/prefill split decides which kernels run; a non-causal batch must be all prefill.
+# - Step 2's `causal` field satisfies DFlash's guard, and the engine runs, with the acceptance of causal drafting.
+#
+# Next, notebook 3: FlashInfer's `plan()` and `run()`, and a wrapper of the draft's own, planned non-causal.

@@ -8,10 +8,14 @@
 #       format_name: percent
 #       format_version: '1.3'
 #       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
 # ---
 
 # %% [markdown]
-# # 4 · TRTLLM gating: the last hunk of PR #43081
+# # 4 · TRTLLM gating: the last hunk of PR #43081, and the RTX 4090 case running
 #
 # On Blackwell (SM 10.x) vLLM prefers NVIDIA's TRTLLM-gen kernels inside the FlashInfer backend, for prefill
 # and for decode. They are causal only. Step 3 planned the draft's wrapper non-causal, but on Blackwell the
@@ -21,29 +25,35 @@
 # target may keep TRTLLM.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import setup, show
-from dflash_fi.evidence.plan import FP8, step_label
+from dflash_fi.evidence import plan as P
+from dflash_fi.notebook import check, setup, show, show_diff, show_engines
 
 session = setup("04_trtllm_gating")
 
 # %%
 from dflash_fi.steps import hunk_diff
 
-print(hunk_diff(4))
+show_diff(hunk_diff(4))
 
 # %% [markdown]
 # ## Forced TRTLLM, before and after
 #
 # No Blackwell here: `pretend_gpu((10, 0), trtllm=True)` makes vLLM's `CudaPlatform` report SM 10.0 and
-# answer "yes" where vLLM asks whether TRTLLM attention can be used. Stock (step 0) sends the draft to TRTLLM
-# decode, steps 2 and 3 to TRTLLM prefill: both causal. Step 4 keeps it on the separate non-causal wrapper:
+# answer "yes" where vLLM asks whether TRTLLM attention can be used. The table is what each step's builder does
+# with the draft's batches *past the selector*: stock vLLM never gets this far (it refuses FlashInfer for the
+# draft at selection, notebook 1); the lab builds the draft's layers on stock FlashInfer anyway, to show where its
+# builder would send them.
 
 # %%
 from dflash_fi.lab.routing import routing_report, routing_table
 from dflash_fi.vocabulary import BLACKWELL
 
 show(routing_table(steps=(0, 3, 4), capability=BLACKWELL, trtllm=True))
+stock, before, after = (routing_report(s, trtllm=True)["batches"][0] for s in (0, 3, 4))
 warnings = routing_report(4, trtllm=True)["dflash_warnings"]
+print(f"What to see: stock would run the draft on {stock['decode']}, step 3 on {before['prefill']} (both causal); "
+      f"step 4 keeps it on the {after['prefill'].split('(')[1].rstrip(')')}, planned causal={after['plan_causal']}. "
+      "The target rows are the same in every column.")
 print("logged once by step 4:", warnings)
 
 # %% [markdown]
@@ -73,33 +83,56 @@ same_as_stock = target_routes(4) == target_routes(0)
 print("step 4 routes every standard target batch as stock does:", same_as_stock)
 
 # %% [markdown]
-# vLLM's attention-backend feature table has a "Non-Causal" column; generated from the live classes, it now
-# has FlashInfer in it:
+# vLLM's attention-backend feature table has a "Non-Causal" column; generated from the live classes, the one
+# row that differs between stock vLLM 0.22.1 and step 4:
 
 # %%
 from dflash_fi.lab.selector import feature_table
 
-print("stock vLLM 0.22.1:\n" + feature_table(0))
-print("\nstep 4:\n" + feature_table(4))
+stock_rows, step4_rows = (feature_table(s).splitlines() for s in (0, 4))
+changed = [(a, b) for a, b in zip(stock_rows, step4_rows) if a != b]
+show("| | Backend | Non-Causal |\n|---|---|---|\n" + "\n".join(
+    f"| {which} {row.strip('|')} |" for a, b in changed for which, row in (("stock", a), ("step 4", b))))
+print(f"What to see: {len(changed)} of {len(stock_rows) - 2} backends changes, FlashInfer, to supported.")
 
 # %% [markdown]
-# ## On the GPU
+# ## On the GPU, and the RTX 4090 case running
 #
 # An H100 or H200 has no TRTLLM attention, so step 4 changes no kernel there: its output must equal step 3's.
-# The FP8 KV cache (the RTX 4090's case) runs too; FP8 changes the target's own numbers, so its check is that
-# drafting stays non-causal (tau above the midpoint of the reference's two predictions).
+# With an FP8 KV cache, FP8 changes the target's own numbers: the check is that drafting stays non-causal (tau
+# above the midpoint of the reference's two predictions), and that the output equals plain decoding's with the
+# same FP8 cache. The RTX 4090 case is FlashAttention forced to version 2, an FP8 cache and the draft's backend
+# left to the selector: notebook 1 showed stock vLLM failing to start; step 4 runs, target and draft on
+# FlashInfer. The engines:
+
+# %%
+live_labels = [P.step_label(3), P.step_label(4), P.NO_SPEC_FP8, P.FP8, P.RTX4090_NO_SPEC, P.RTX4090_STEP4]
+show_engines(live_labels)
 
 # %% tags=["gpu"]
-live = session.run_live([step_label(3), step_label(4), FP8])
+live = session.run_live(live_labels)
 
 # %% tags=["nbval-ignore-output"]
-records, reference, source = session.evidence([step_label(3), step_label(4), FP8])
+records, reference, source = session.evidence(live_labels)
 print(source)
-checks = session.check(records, reference, ("step 4",))
+checks = session.check(records, reference, ("step 4", P.FP8, "RTX 4090 case, step 4", P.RTX4090_STEP4))
 
 # %% [markdown]
-# Every eager run of the whole walkthrough, against the reference decoder's two predictions (committed
-# records; the walkthrough reruns them all with `dflash-fi walkthrough`):
+# What the RTX 4090 engine ran, in vLLM's own words: each layer's backend, the FlashAttention version vLLM's
+# `get_flash_attn_version` answers under this engine's config, and vLLM's log lines naming it (if any layer ran
+# FlashAttention):
+
+# %% tags=["nbval-ignore-output"]
+rtx = records[P.RTX4090_STEP4]
+print("target layers:", rtx.get("backends", {}).get("target"), "\ndraft layers: ", rtx.get("backends", {}).get("draft"))
+print("FlashAttention version vLLM answers:", rtx.get("flash_attn_version"))
+print("vLLM's log lines:", rtx.get("flash_attn_log_lines") or "none (no layer ran FlashAttention)")
+print("What to see: FlashAttention is version 2 and refuses the FP8 cache, so target and draft both run on "
+      "FlashInfer. Still not a real 4090: SM 9.0 silicon, FlashInfer's own kernel choices for SM 9.0, 141 GB.")
+
+# %% [markdown]
+# Every eager run of the committed walkthrough, against the reference decoder's two predictions (the walkthrough
+# reruns them all with `dflash-fi walkthrough`):
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence.report import recorded_walkthrough
@@ -107,17 +140,35 @@ from dflash_fi.figures import tau_by_step
 from dflash_fi.steps import STEPS
 
 walkthrough, provenance = recorded_walkthrough()
+walkthrough_reference = next(iter(walkthrough.values()))["spec"]["extra"]["reference"]
+eager = [P.FLASH_ATTN, *(P.step_label(s) for s in STEPS), P.FP8, P.RTX4090_STEP4]
 print(provenance)
-eager = ["FLASH_ATTN draft (reference)", *(step_label(s) for s in STEPS), FP8]
-tau_by_step(walkthrough, next(iter(walkthrough.values()))["spec"]["extra"]["reference"], eager);
+tau_by_step(walkthrough, walkthrough_reference, [label for label in eager if label in walkthrough]);
+bf16 = [walkthrough[P.step_label(s)]["tau"] for s in STEPS if s >= 3 and P.step_label(s) in walkthrough]
+fp8 = [walkthrough[label]["tau"] for label in (P.FP8, P.RTX4090_STEP4) if (walkthrough.get(label) or {}).get("tau")]
+print(f"What to see: steps 0 and 1 fail (no bar); step 2 sits at the causal prediction "
+      f"({walkthrough[P.step_label(2)]['tau']:.2f} against {walkthrough_reference['tau_causal']:.2f}); steps 3 on at the "
+      f"non-causal one ({min(bf16):.2f} to {max(bf16):.2f} against {walkthrough_reference['tau_noncausal']:.2f})"
+      + (f"; the fp8 runs at {min(fp8):.2f} to {max(fp8):.2f}, their target's outputs being fp8's own." if fp8 else "."))
 
 # %% [markdown]
 # ### Check
 
-# %%
-draft_before, draft_after = (routing_report(s, trtllm=True)["batches"][0] for s in (3, 4))
-assert draft_before["prefill"] == "TRTLLM prefill"
-assert draft_after["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and draft_after["plan_causal"] is False
-assert len(warnings) == 1 and same_as_stock
-assert "| `FLASHINFER` | ✅ |" in feature_table(4) and "| `FLASHINFER` | ❌ |" in feature_table(0)
-assert len(checks) == 2 and all(c.passed for c in checks), [c.line() for c in checks]
+# %% tags=["nbval-ignore-output"]
+check("on Blackwell, step 3 still sends the draft to TRTLLM prefill; step 4 to its non-causal wrapper",
+      before["prefill"] == "TRTLLM prefill" and after["prefill"] == "FlashInfer prefill (separate non-causal wrapper)"
+      and after["plan_causal"] is False)
+check("step 4 warns once, and routes every target batch as stock does", len(warnings) == 1 and same_as_stock)
+check("the feature table's Non-Causal column gains FlashInfer and nothing else",
+      len(changed) == 1 and "FLASHINFER" in changed[0][1] and "✅" in changed[0][1])
+check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case pass",
+      len(checks) == 5 and all(c.passed for c in checks), source.split(":")[0])
+
+# %% [markdown]
+# ## What you saw, and what's next
+#
+# - On Blackwell the draft must also be kept off TRTLLM, whose kernels are causal only: step 4, the PR's last hunk.
+# - With step 4 the RTX 4090 case runs: target and draft on FlashInfer, with an FP8 cache, output equal to plain
+#   decoding with the same cache.
+#
+# Next, notebook 5: what upstream fixed after the PR (#48167), and what each step claims about CUDA graphs.

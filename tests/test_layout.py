@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dflash_fi"
-SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench")
+SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench", "figures")
 TOP_LEVEL = {  # top-level modules: what each may import from dflash_fi
     "vocabulary": (), "errors": (), "logs": (), "stack": ("dflash_fi.errors",),
     "plugin": ("dflash_fi.steps", "dflash_fi.stack", "dflash_fi.errors"),
 }
 MAX_LINES = 260
+# A step module holds its hunks and nothing else: as long as the change it is.
+MAX_STEP_LINES = 400
 
 
 def imports_of(path: Path) -> set[str]:
@@ -46,6 +48,7 @@ def test_the_shared_modules_sit_at_the_bottom(name):
 
 def test_no_module_is_too_long_and_none_lives_outside_the_parts():
     for path in PACKAGE.rglob("*.py"):
-        assert len(path.read_text().splitlines()) <= MAX_LINES, f"{path} is over {MAX_LINES} lines"
+        limit = MAX_STEP_LINES if path.parent.name == "steps" and path.name.startswith("step") else MAX_LINES
+        assert len(path.read_text().splitlines()) <= limit, f"{path} is over {limit} lines"
     top = {p.stem for p in PACKAGE.glob("*.py")}
-    assert top == {"__init__", *TOP_LEVEL, "cli", "commands", "figures", "notebook", "readme"}
+    assert top == {"__init__", *TOP_LEVEL, "cli", "commands", "notebook", "readme"}

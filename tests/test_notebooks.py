@@ -1,10 +1,13 @@
-"""The notebooks: paired with their .py, one per step, each ending with a check, committed executed on a GPU."""
+"""The notebooks: paired with their .py, one per part of the story, each ending with a check and a summary,
+committed executed on a GPU from the very sources they hold now."""
 
 from pathlib import Path
 
 import jupytext
 import nbformat
 import pytest
+
+from dflash_fi.evidence.notebooks import METADATA_KEY, STEPS_OF_NOTEBOOK, source_sha256
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 PAIRS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
@@ -15,8 +18,8 @@ def code_cells(nb):
 
 
 def test_one_notebook_per_part_of_the_story():
-    assert [p.stem for p in PAIRS] == ["00_dflash_and_the_problem", "01_choosing_a_backend", "02_causal_metadata",
-                                       "03_noncausal_wrapper", "04_trtllm_gating", "05_beyond_the_pr"]
+    assert [p.stem for p in PAIRS] == list(STEPS_OF_NOTEBOOK)
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == list(STEPS_OF_NOTEBOOK)
 
 
 @pytest.mark.parametrize("script", PAIRS, ids=lambda p: p.stem)
@@ -30,13 +33,25 @@ def test_pair_in_sync_and_shaped_like_a_lesson(script):
     assert [c.metadata.get("tags", []) for c in text.cells] == [c.metadata.get("tags", []) for c in notebook.cells]
     code = code_cells(notebook)
     assert "setup(" in code[0].source and "nbval-ignore-output" in code[0].metadata.get("tags", [])
-    assert "assert " in code[-1].source, "a notebook ends with its check cell"
+    checks = [i for i, c in enumerate(notebook.cells) if c.cell_type == "markdown" and c.source.strip() == "### Check"]
+    assert len(checks) == 1 and "check(" in notebook.cells[checks[0] + 1].source, "a check cell after '### Check'"
+    assert "## What you saw, and what's next" in "".join(c.source for c in notebook.cells[checks[0]:]), \
+        "the notebook ends with what the reader saw and what comes next"
     assert any("gpu" in c.metadata.get("tags", []) for c in code), "each notebook has its GPU cell"
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            assert not any(line.startswith("#") and line.lstrip("#")[:1].isdigit() for line in cell.source.splitlines()), \
+                "a markdown line starting '#<digit>' renders as a heading"
 
 
 @pytest.mark.parametrize("script", PAIRS, ids=lambda p: p.stem)
-def test_committed_notebook_is_executed_on_a_gpu(script):
+def test_committed_notebook_is_executed_on_a_gpu_from_its_own_sources(script):
     nb = nbformat.read(script.with_suffix(".ipynb"), as_version=4)
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3", "every notebook names its kernel"
+    executed = nb.metadata.get(METADATA_KEY) or {}
+    assert executed.get("source_sha256") == source_sha256(nb), (
+        "the committed outputs were produced from other sources (stale): run `dflash-fi notebooks` on a GPU")
+    assert executed.get("executed_on", "CPU") != "CPU" and executed.get("status") == "ok", executed
     code = code_cells(nb)
     assert all(c.execution_count is not None for c in code), "committed without outputs: run `dflash-fi notebooks`"
     first = "".join(o.get("text", "") for o in code[0].outputs)
@@ -45,6 +60,26 @@ def test_committed_notebook_is_executed_on_a_gpu(script):
     vllm_lines = [line for c in code for o in c.outputs for line in o.get("text", "").splitlines()
                   if line.startswith(("INFO ", "WARNING ", "(EngineCore"))]
     assert vllm_lines == [], "vLLM's log lines belong in the log file, not in cell outputs"
+
+
+def test_a_changed_cell_makes_the_recorded_execution_stale():
+    nb = nbformat.read(PAIRS[0].with_suffix(".ipynb"), as_version=4)
+    before = source_sha256(nb)
+    nb.cells[0].source += "\n"
+    assert source_sha256(nb) != before
+
+
+def test_every_figure_and_table_is_followed_by_a_verdict():
+    """A cell that draws a picture or shows a table prints 'What to see' there or in the cell right after it."""
+    for script in PAIRS:
+        cells = [c for c in jupytext.read(script).cells]
+        for i, cell in enumerate(cells):
+            draws = cell.cell_type == "code" and any(name in cell.source for name in (
+                "block_masks(", "selector_grid(", "acceptance_by_position(", "tau_by_step(", "kernel_times(",
+                "e2e_pairs(", "draft_step_time(", "routing_table(", "turns_table(", "kernel_pivot_table("))
+            if draws:
+                window = "".join(c.source for c in cells[i:i + 2] if c.cell_type == "code")
+                assert "What to see" in window, f"{script.name}: cell {i} draws without a verdict"
 
 
 def test_pictures_in_at_least_four_notebooks():

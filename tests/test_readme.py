@@ -5,7 +5,8 @@ import pytest
 from dflash_fi.readme import README, blocks, pattern
 
 
-@pytest.mark.parametrize("name", ["walkthrough-table", "performance-targets", "kernel-summary", "e2e-summary"])
+@pytest.mark.parametrize("name", ["walkthrough-table", "mixed-table", "performance-targets", "kernel-summary",
+                                  "e2e-summary", "draft-overhead"])
 def test_readme_block_is_generated_not_typed(name):
     block = pattern(name).search(README.read_text())
     assert block, f"README.md lost its <!-- {name} --> block"

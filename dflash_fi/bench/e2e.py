@@ -1,41 +1,38 @@
-"""`dflash-fi bench e2e`: tokens per second of whole vLLM engines, eager and with vLLM's default CUDA graphs.
+"""`dflash-fi bench e2e`: whole vLLM engines with vLLM's default CUDA graphs, taking turns, in rounds.
 
-Embedded pair: no speculation, DFlash with the FLASH_ATTN draft, and with the FLASHINFER draft at step 4
-(PR #43081, upstream's state), 5 and 6; bf16 and fp8 KV; eager (`enforce_eager=True`) and vLLM's default
-compilation (torch.compile + `FULL_AND_PIECEWISE` graphs, or what the engine resolves it to). One engine per
-process; in each, for batch 1, 8 and 32 (the first b held-out prompts, 256 new tokens each, greedy): one
-warm-up generate, then three timed ones, the fastest reported. tau over that generate from vLLM's counters;
-TPOT from vLLM's per-request timestamps; `same_as_no_spec` the share of prompts whose output equals the
-no-speculation engine's of the same KV dtype and graph mode; the host time of the attention metadata builds
-per decoding step, by builder (the model runner's, the drafter's). One engine per GPU at a time;
-`engines_at_once` says how many shared the host.
+Every engine starts at once, each in its own process; then the parent asks each in turn for one round
+(A B C D ... A B C D ...: `dflash_fi.engine.server`), so only one engine works at a time and whatever the
+machine does during a round falls on every engine alike. Round r of two engines is a pair: the benchmark
+reports their ratio per pair (min / median / max over the rounds), and the results file keeps every round.
 
-Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128) and a 5-layer DFlash drafter
-of the shape public DFlash configs for 36-layer Qwen3 targets give (context from target layers 1, 9, 17,
-25, 33; block 16), with random weights (`load_format="dummy"`). Acceptance means nothing there (random
-drafts); the number is the time per decoding step at batch 1 and 32.
+A round, per batch size b (greedy, ignore_eos): b held-out prompts decoded together; batch 1 decodes
+BATCH1_PROMPTS prompts one at a time and takes the median (one prompt alone says more about that prompt than
+about the engine). The first round warms each batch size up first. Each row has tokens/s, the time per
+decoding step (target forwards), tau from vLLM's counters, and the host time of every attention metadata
+build per step, by builder (the model runner's, per attention group; the drafter's).
+
+Embedded pair, bf16: no speculation, the FLASH_ATTN draft, and the FlashInfer draft at step 6 and at the
+final step. Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128) and a 5-layer DFlash
+drafter of the shape public DFlash configs for 36-layer Qwen3 targets give (context from target layers 1, 9,
+17, 25, 33; block 16), random weights (`load_format="dummy"`): every draft is rejected, so only the step time
+means anything.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from dflash_fi.engine.spec import RunSpec
 from dflash_fi.logs import LOG_DIR
-from dflash_fi.vocabulary import KV_CACHE_DTYPES, KV_CACHE_DTYPE_NAMES
 
-EMBEDDED_RUNS = (  # (run, step, draft backend, speculative)
-    ("no speculation", 0, "FLASHINFER", False),
-    ("FLASH_ATTN draft", 0, "FLASH_ATTN", True),
-    ("step 4 FLASHINFER draft", 4, "FLASHINFER", True),
-    ("step 5 FLASHINFER draft", 5, "FLASHINFER", True),
-    ("step 6 FLASHINFER draft", 6, "FLASHINFER", True),
-)
-SHAPE_MODEL = "qwen3-4b-shape (random weights)"
-SHAPE_RUNS = (EMBEDDED_RUNS[1], EMBEDDED_RUNS[2], EMBEDDED_RUNS[4])  # the drafts; step time is the point
+EMBEDDED, SHAPE_MODEL = "embedded", "qwen3-4b-shape (random weights)"
+FLASH_ATTN_RUN = "FLASH_ATTN draft"
+ROUNDS = 4
 BATCHES, SHAPE_BATCHES = (1, 8, 32), (1, 32)
-NEW_TOKENS, SHAPE_NEW_TOKENS, REPEATS = 256, 128, 3
+NEW_TOKENS, SHAPE_NEW_TOKENS = 256, 128
+BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 8, 4
 QWEN3_4B_TARGET = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560,
     "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -48,9 +45,22 @@ QWEN3_4B_DFLASH_DRAFTER = {
     "block_size": 16, "num_target_layers": 36,
     "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
 }
-
-
 SHAPE_DIR = LOG_DIR.parent / "qwen3-4b-shape"  # git-ignored, made afresh by each run
+
+
+def final_run() -> str:
+    from dflash_fi.steps import FINAL_STEP
+
+    return f"step {FINAL_STEP} FLASHINFER draft"
+
+
+def runs(model: str) -> tuple[tuple[str, int, str | None, bool], ...]:
+    """(run, step, draft backend, speculative) of each engine of a model."""
+    from dflash_fi.steps import FINAL_STEP
+
+    drafts = ((FLASH_ATTN_RUN, 0, "FLASH_ATTN", True), ("step 6 FLASHINFER draft", 6, "FLASHINFER", True),
+              (final_run(), FINAL_STEP, "FLASHINFER", True))
+    return ((("no speculation", 0, None, False),) if model == EMBEDDED else ()) + drafts
 
 
 def write_shape_models(root: Path = SHAPE_DIR) -> tuple[str, str]:
@@ -61,98 +71,61 @@ def write_shape_models(root: Path = SHAPE_DIR) -> tuple[str, str]:
     return str(root / "target"), str(root / "drafter")
 
 
-def e2e_plan(quick: bool = False, shape: bool = True, shape_dir: Path = SHAPE_DIR,
-             kv_dtypes: tuple[str, ...] = KV_CACHE_DTYPES) -> list[RunSpec]:
-    """The engines, most expensive first (the GPUs stay busy to the end). The Qwen3-4B shape is bf16 only."""
+def e2e_plan(models=(EMBEDDED, SHAPE_MODEL), quick: bool = False, shape_dir: Path = SHAPE_DIR) -> list[RunSpec]:
+    """Every engine of the benchmark (all start at once; small engines reserve their KV cache outright)."""
     specs = []
-    kv_dtypes = ("auto",) if quick else kv_dtypes
-    for graphs in (False, True):
-        for kv in kv_dtypes:
-            for run, step, backend, speculative in EMBEDDED_RUNS:
-                specs.append(RunSpec(
-                    label=f"embedded | {run} | {KV_CACHE_DTYPE_NAMES[kv]} | {'graphs' if graphs else 'eager'}",
-                    step=step, draft_backend=backend, speculative=speculative, kv_cache_dtype=kv,
-                    cuda_graphs=graphs, num_prompts=max(BATCHES), max_new_tokens=NEW_TOKENS,
-                    batch_sizes=(1, 8) if quick else BATCHES, repeats=1 if quick else REPEATS,
-                    extra={"model": "embedded", "run": run}))
-    if shape and "auto" in kv_dtypes:
-        target, drafter = write_shape_models(shape_dir)
-        for run, step, backend, speculative in SHAPE_RUNS:
+    for model in models:
+        embedded = model == EMBEDDED
+        files = {} if embedded else dict(zip(("target", "drafter"), write_shape_models(shape_dir)))
+        for run, step, backend, speculative in runs(model):
             specs.append(RunSpec(
-                label=f"qwen3-4b-shape | {run} | bf16 | graphs", step=step, draft_backend=backend,
-                speculative=speculative, target=target, drafter=drafter, load_format="dummy", cuda_graphs=True,
-                num_prompts=max(SHAPE_BATCHES), max_new_tokens=SHAPE_NEW_TOKENS, batch_sizes=SHAPE_BATCHES,
-                repeats=1 if quick else 2, gpu_memory_utilization=0.6, max_model_len=2048, timeout_s=900,
-                extra={"model": SHAPE_MODEL, "run": run}))
-    return sorted(specs, key=lambda spec: (spec.load_format != "dummy", not spec.cuda_graphs))
+                label=f"{model} | {run} | bf16 | graphs", step=step, draft_backend=backend or "FLASHINFER",
+                speculative=speculative, cuda_graphs=True, **files,
+                load_format="auto" if embedded else "dummy",
+                num_prompts=max(BATCHES if embedded else SHAPE_BATCHES),
+                max_new_tokens=(NEW_TOKENS if embedded else SHAPE_NEW_TOKENS) // (4 if quick else 1),
+                batch_sizes=(1, 8) if quick and embedded else BATCHES if embedded else SHAPE_BATCHES,
+                gpu_memory_utilization=0.12 if embedded else 0.3,
+                kv_cache_memory_bytes=(512 << 20) if embedded else (4 << 30),
+                max_model_len=1024 if embedded else 2048, timeout_s=900,
+                extra={"model": model, "run": run, "batch1_prompts": BATCH1_PROMPTS if embedded else SHAPE_BATCH1_PROMPTS}))
+    return specs
 
 
 def rows_from(records: dict[str, dict]) -> tuple[list[dict], list[dict]]:
-    """Result rows (one per engine and batch) and one summary per engine."""
+    """One row per engine, round and batch size (no tokens), and one summary per engine."""
     rows, engines = [], []
-    baselines = {}
-    for record in records.values():
-        spec = record["spec"]
-        if not spec["speculative"]:
-            for b in record.get("batches", []):
-                baselines[spec["extra"]["model"], spec["kv_cache_dtype"], spec["cuda_graphs"], b["batch"]] = b
     for label, record in records.items():
         spec = record["spec"]
-        engines.append({"label": label, "ok": record.get("ok", False), "cudagraph_mode": record.get("cudagraph_mode"),
+        engines.append({"label": label, "model": spec["extra"]["model"], "run": spec["extra"]["run"],
+                        "ok": record.get("ok", False), "cudagraph_mode": record.get("cudagraph_mode"),
                         "engine_start_s": record.get("engine_start_s"), "log_file": record.get("log_file"),
-                        "backends": record.get("backends"), "error": record.get("error"),
-                        **({"metadata_build_profiles": record["metadata_build_profiles"]}
-                           if "metadata_build_profiles" in record else {})})
-        for b in record.get("batches", []):
-            base = baselines.get((spec["extra"]["model"], spec["kv_cache_dtype"], spec["cuda_graphs"], b["batch"]))
-            same = None
-            if spec["speculative"] and base is not None:
-                same = sum(x == y for x, y in zip(b["tokens"], base["tokens"])) / len(base["tokens"])
-            steps = b["num_drafts"] / b["batch"] if spec["speculative"] else spec["max_new_tokens"]
-            rows.append({
-                "model": spec["extra"]["model"], "run": spec["extra"]["run"],
-                "step": spec["step"] if spec["speculative"] and spec["draft_backend"] == "FLASHINFER" else None,
-                "draft_backend": spec["draft_backend"] if spec["speculative"] else None,
-                "kv_cache_dtype": KV_CACHE_DTYPE_NAMES[spec["kv_cache_dtype"]], "batch": b["batch"],
-                "cuda_graphs": spec["cuda_graphs"], "cudagraph_mode": record.get("cudagraph_mode") or "NONE",
-                "tokens_per_s": b["output_tokens_per_s"], "tpot_ms": b["tpot_ms"],
-                "step_ms": round(b["generate_s"] / steps * 1000, 4) if steps else None,
-                "tau": b.get("tau"), "same_as_no_spec": same,
-                "repeats_tokens_per_s": b["repeats_tokens_per_s"],
-                "metadata_build_ms_per_step": b.get("metadata_build_ms_per_step"),
-                "metadata_builds_per_step": b.get("metadata_builds_per_step"),
-            })
+                        "backends": record.get("backends"), "error": record.get("error")})
+        first = {}
+        for rnd in record.get("rounds", []):
+            for b in rnd["batches"]:
+                first.setdefault(b["batch"], b["tokens_sha256_per_generate"])
+                rows.append({
+                    "model": spec["extra"]["model"], "run": spec["extra"]["run"], "round": rnd["round"],
+                    "batch": b["batch"], "cudagraph_mode": record.get("cudagraph_mode"),
+                    "tokens_per_s": b["output_tokens_per_s"], "step_ms": statistics.median(b["generates_step_ms"]),
+                    "tpot_ms": b.get("tpot_ms"), "tau": b.get("tau"),
+                    "generates_tokens_per_s": b["generates_tokens_per_s"], "generates_step_ms": b["generates_step_ms"],
+                    "same_tokens_as_round_1": b["tokens_sha256_per_generate"] == first[b["batch"]],
+                    "metadata_build_ms_per_step": b.get("metadata_build_ms_per_step"),
+                    "metadata_builds_per_step": b.get("metadata_builds_per_step"),
+                })
     return rows, engines
 
 
-def run_e2e_bench(quick: bool = False, shape: bool = True, kv_dtypes: tuple[str, ...] = KV_CACHE_DTYPES,
-                  only: str | None = None, print_fn=print) -> dict:
-    from dflash_fi.engine.pool import run_engines, visible_gpus
+def run_e2e_bench(quick: bool = False, models=(EMBEDDED, SHAPE_MODEL), rounds: int = ROUNDS, print_fn=print) -> dict:
+    from dflash_fi.engine.server import run_in_turns
     from dflash_fi.stack import require_gpu, run_context
 
     gpu = require_gpu("dflash-fi bench e2e")
-    specs = [s for s in e2e_plan(quick, shape, kv_dtypes=kv_dtypes) if only is None or only in s.label]
-    if not specs:
-        from dflash_fi.errors import BadInput
-
-        raise BadInput(f"no e2e engine's label contains {only!r} (labels look like 'embedded | step 6 FLASHINFER draft "
-                       "| bf16 | graphs' or 'qwen3-4b-shape | ...')")
-    gpus = visible_gpus()
-    print_fn(f"{len(specs)} engines on {len(gpus)} GPU(s) ({gpu.name})")
-    records = run_engines(specs, gpus, "dflash-fi bench e2e", print_fn=print_fn)
+    specs = e2e_plan(models, quick)
+    print_fn(f"{len(specs)} engines on {gpu.name}, started together, then {rounds} rounds in turn")
+    records = run_in_turns(specs, rounds, "dflash-fi bench e2e", print_fn=print_fn)
     rows, engines = rows_from(records)
-    return {"gpu": gpu.name, "compute_capability": gpu.sm, "method": __doc__.strip(), "rows": rows,
-            "engines": engines, "engines_at_once": min(len(gpus), len(specs)), **run_context()}
-
-
-def format_rows(rows: list[dict]) -> str:
-    lines = ["| model | run | KV | graphs (mode) | batch | tokens/s | TPOT ms | step ms | tau | same as no-spec |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        mode = r["cudagraph_mode"] if r["cuda_graphs"] else "eager"
-        tau = f"{r['tau']:.2f}" if r["tau"] is not None else "-"
-        same = f"{r['same_as_no_spec']:.0%}" if r["same_as_no_spec"] is not None else "-"
-        tpot = f"{r['tpot_ms']:.3f}" if r["tpot_ms"] is not None else "-"
-        lines.append(f"| {r['model']} | {r['run']} | {r['kv_cache_dtype']} | {mode} | {r['batch']} | "
-                     f"{r['tokens_per_s']:.0f} | {tpot} | {r['step_ms']:.3f} | {tau} | {same} |")
-    return "\n".join(lines)
+    return {"gpu": gpu.name, "compute_capability": gpu.sm, "method": __doc__.strip(), "rounds": rounds,
+            "rows": rows, "engines": engines, **run_context()}

@@ -5,9 +5,10 @@ Every request brings one DFlash block (16 queries) and attends to its whole cont
 
     flashinfer-auto    BatchPrefillWithPagedKVCacheWrapper(backend="auto"): PR #43081's non-causal wrapper
     flashinfer-fa2     backend="fa2"          flashinfer-fa3   backend="fa3"
-    dflash-fi-final    the wrapper exactly as the final step's builder makes it (its NON_CAUSAL_PREFILL_BACKEND)
-    dflash-fi-final-graph  the same kernel in the final step's CUDA-graph wrapper (`use_cuda_graph=True`,
-                       persistent index buffers), which step 6 hands every uniform draft batch when graphs are on
+    dflash-fi-final    the wrapper exactly as the final step's builder makes and plans it (its
+                       NON_CAUSAL_PREFILL_BACKEND; plan() told the block's query length)
+    dflash-fi-final-graph  the same kernel in a CUDA-graph wrapper (`use_cuda_graph=True`, persistent index
+                       buffers), which step 6 handed every uniform draft batch when graphs were on (step 7 no more)
     vllm-flash-attn    vLLM's FlashAttention varlen kernel, what the FLASH_ATTN draft runs (FA3 on SM 9.0)
 
 Timing: each kernel is captured ten times in a CUDA graph after a warm-up, the graph replayed, CUDA events
@@ -34,7 +35,7 @@ from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_CACHE_DTYPE_NAMES, KV_PAGE
 KERNELS = ("flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "dflash-fi-final", "dflash-fi-final-graph",
            "vllm-flash-attn")
 CONTEXTS = (512, 2048, 8192)
-BATCHES = (1, 4, 16, 32, 64)  # 1 and 32: the e2e benchmark's batches
+BATCHES = (1, 4, 8, 16, 32, 64)  # 1, 8 and 32: the e2e benchmark's batches
 HEAD_DIM = 128
 
 
@@ -107,8 +108,10 @@ class NotBuilt(Exception):
     """FlashInfer's own checks say this backend has no kernel for these dtypes."""
 
 
-def flashinfer_kernel(inputs: Inputs, backend: str, workspace, cuda_graph: bool = False) -> Kernel:
-    """A planned FlashInfer non-causal wrapper; `cuda_graph`: in CUDA-graph mode, on persistent buffers."""
+def flashinfer_kernel(inputs: Inputs, backend: str, workspace, cuda_graph: bool = False,
+                      as_final_step: bool = False) -> Kernel:
+    """A planned FlashInfer non-causal wrapper; `cuda_graph`: in CUDA-graph mode, on persistent buffers;
+    `as_final_step`: planned as the final step's builder plans a draft block (its query length given)."""
     import torch
     from flashinfer import BatchPrefillWithPagedKVCacheWrapper
     from flashinfer.utils import PosEncodingMode, is_fa3_backend_supported
@@ -130,7 +133,8 @@ def flashinfer_kernel(inputs: Inputs, backend: str, workspace, cuda_graph: bool 
     def plan():  # as vLLM's builder calls it: host-side indptrs, page indices already on the GPU
         wrapper.plan(qo_indptr, kv_indptr, inputs.block_table.flatten(), last_page_len, s.num_qo_heads,
                      s.num_kv_heads, HEAD_DIM, KV_PAGE_SIZE, causal=False, sm_scale=inputs.scale,
-                     q_data_type=torch.bfloat16, kv_data_type=inputs.k.dtype, o_data_type=torch.bfloat16)
+                     q_data_type=torch.bfloat16, kv_data_type=inputs.k.dtype, o_data_type=torch.bfloat16,
+                     max_token_per_sequence=s.query_len if as_final_step else None)
     plan()
     out = torch.empty_like(inputs.q)
     return Kernel(lambda: wrapper.run(inputs.q, (inputs.k, inputs.v), out=out), out, inputs.q, wrapper._backend, plan)
@@ -178,7 +182,8 @@ def measure(shape: Shape, kernel: str, workspace, copy_gbps: float, reference_ca
         else:
             backend = {"flashinfer-auto": "auto", "flashinfer-fa2": "fa2", "flashinfer-fa3": "fa3"}.get(
                 kernel, final_step_backend())
-            k = flashinfer_kernel(inputs, backend, workspace, cuda_graph=kernel == "dflash-fi-final-graph")
+            k = flashinfer_kernel(inputs, backend, workspace, cuda_graph=kernel == "dflash-fi-final-graph",
+                                  as_final_step=kernel == "dflash-fi-final")
         k.out.fill_(float("nan"))  # every element must be written
         k.run()
         torch.cuda.synchronize()

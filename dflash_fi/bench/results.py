@@ -1,4 +1,7 @@
-"""The committed benchmark results, summarised: the tables README and notebook 05 show, and the targets."""
+"""The committed benchmark results files, and the kernel benchmark's summaries (README, notebook 06).
+
+The engine benchmark's summaries (engines in turns, pairs of rounds, the targets) are `dflash_fi.bench.turns`.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +14,7 @@ RUNS_DIR = REPO_ROOT / "runs"
 
 
 # What makes two rows the same measurement: a later file's row replaces an earlier file's.
-ROW_KEYS = {"kernels": ("kernel", "kv_dtype", "batch", "context", "num_qo_heads", "num_kv_heads"),
-            "e2e": ("model", "run", "kv_cache_dtype", "batch", "cuda_graphs")}
+ROW_KEYS = {"kernels": ("kernel", "kv_dtype", "batch", "context", "num_qo_heads", "num_kv_heads")}
 
 
 def latest_results(kind: str) -> dict:
@@ -74,71 +76,6 @@ def kernel_summary(results: dict, heads=(32, 8)) -> str:
     return "\n".join(lines)
 
 
-def e2e_row(rows, model, run, batch, graphs, kv="bf16") -> dict | None:
-    """The e2e results row of one engine at one batch size, or None where it was not measured."""
-    hit = [r for r in rows if r["model"] == model and r["run"] == run and r["batch"] == batch
-           and r["cuda_graphs"] == graphs and r["kv_cache_dtype"] == kv]
-    return hit[0] if hit else None
-
-
-def e2e_pivot(results: dict, kv_dtype: str = "bf16", model: str = "embedded") -> str:
-    """Markdown: tokens/s per run (rows) and mode x batch (columns), as "fastest (slowest)" of the repeats."""
-    rows = [r for r in results["rows"] if r["model"] == model and r["kv_cache_dtype"] == kv_dtype]
-    columns = sorted({(r["cuda_graphs"], r["batch"]) for r in rows})
-    lines = ["| run (graph mode) | " + " | ".join(f"{'graphs' if g else 'eager'}, batch {b}" for g, b in columns)
-             + " |", "|---|" + "---|" * len(columns)]
-    for run in dict.fromkeys(r["run"] for r in rows):
-        mode = next((r["cudagraph_mode"] for r in rows if r["run"] == run and r["cuda_graphs"]), "-")
-        cells = []
-        for graphs, batch in columns:
-            r = next((x for x in rows if x["run"] == run and x["cuda_graphs"] == graphs and x["batch"] == batch), None)
-            cells.append(f"{r['tokens_per_s']:.0f} ({min(r['repeats_tokens_per_s']):.0f})" if r else "-")
-        lines.append(f"| {run} ({mode}) | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def _build_ms(row: dict | None) -> str:
-    """A row's attention metadata build time per decoding step (host), summed over where it happened."""
-    builds = (row or {}).get("metadata_build_ms_per_step")
-    return f"{sum(builds.values()):.3f}" if builds else "not measured"
-
-
-def draft_overhead(kernels: dict, e2e: dict, context: int = 512) -> str:
-    """Markdown: per batch (embedded pair, bf16, graphs), the time per decoding step of the FLASH_ATTN draft and
-    of the final FlashInfer draft, their gap, the host time of each engine's attention metadata builds per step,
-    and what one FlashInfer `plan()` of the draft's shape costs (kernel benchmark: embedded heads, `context`
-    tokens, about the benchmark prompts' length)."""
-    from dflash_fi.models import DEFAULT_TARGET
-    from dflash_fi.steps import FINAL_STEP
-
-    config = json.loads((DEFAULT_TARGET / "config.json").read_text())
-    heads = (config["num_attention_heads"], config["num_key_value_heads"])
-    lines = [f"| batch | ms per step: FLASH_ATTN draft | step {FINAL_STEP} FlashInfer draft | gap | metadata builds "
-             "per step, FLASH_ATTN draft | the same, FlashInfer draft | one FlashInfer plan() |", "|---|---|---|---|---|---|---|"]
-    for batch in sorted({r["batch"] for r in e2e["rows"] if r["model"] == "embedded"}):
-        fa = e2e_row(e2e["rows"], "embedded", "FLASH_ATTN draft", batch, True)
-        fi = e2e_row(e2e["rows"], "embedded", f"step {FINAL_STEP} FLASHINFER draft", batch, True)
-        plan = next((r.get("plan_ms") for r in kernels["rows"] if r["kernel"] == "dflash-fi-final"
-                     and r["kv_dtype"] == "bf16" and r["batch"] == batch and r["context"] == context
-                     and (r["num_qo_heads"], r["num_kv_heads"]) == heads), None)
-        if fa and fi:
-            lines.append(f"| {batch} | {fa['step_ms']:.3f} | {fi['step_ms']:.3f} | {fi['step_ms'] - fa['step_ms']:+.3f} | "
-                         f"{_build_ms(fa)} | {_build_ms(fi)} | "
-                         + (f"{plan:.3f} |" if plan is not None else "not measured |"))
-    return "\n".join(lines)
-
-
-def build_breakdown(e2e: dict, batch: int = 1, model: str = "embedded") -> str:
-    """Markdown: where the metadata builds of each graphs engine (bf16) spend host time per decoding step."""
-    lines = ["| run | where | builds per step | ms per step |", "|---|---|---|---|"]
-    for row in e2e["rows"]:
-        if (row["model"], row["kv_cache_dtype"], row["cuda_graphs"], row["batch"]) == (model, "bf16", True, batch):
-            for where, ms in (row.get("metadata_build_ms_per_step") or {}).items():
-                count = (row.get("metadata_builds_per_step") or {}).get(where, "-")
-                lines.append(f"| {row['run']} | {where} | {count} | {ms:.3f} |")
-    return "\n".join(lines)
-
-
 def build_profiles(where: str = "draft step", top: int = 3) -> str:
     """Markdown: the profiled engines (`runs/*.build-profile-*.json`, DFLASH_FI_PROFILE_BUILDS): per engine, the
     costliest functions inside its `where` metadata builds, by own time (the profiler slows every build)."""
@@ -155,53 +92,27 @@ def build_profiles(where: str = "draft step", top: int = 3) -> str:
     return "\n".join(lines)
 
 
-def e2e_summary(results: dict, model: str | None = None) -> str:
-    """Markdown: every engine row (model, run, KV, mode, batch: tokens/s, TPOT, step time, tau, agreement)."""
-    from dflash_fi.bench.e2e import format_rows
-
-    return format_rows([r for r in results["rows"] if model is None or r["model"] == model])
-
-
-def targets(kernels: dict, e2e: dict) -> list[dict]:
-    """The performance targets of issue #10, each with what was measured and whether it is met."""
-    from dflash_fi.bench.e2e import SHAPE_MODEL
-
+def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8)) -> list[dict]:
+    """Per shape: the final FlashInfer kernel against what the FLASH_ATTN draft runs (vLLM's FlashAttention), and
+    step 6's CUDA-graph wrapper against the plain one (the same kernel, another grid)."""
+    rows = [r for r in results["rows"] if (r["num_qo_heads"], r["num_kv_heads"]) == heads and r["kv_dtype"] == kv_dtype]
     out = []
-    k = [r for r in kernels["rows"] if "median_ms" in r and (r["num_qo_heads"], r["num_kv_heads"]) == (32, 8)]
-    speedups = [(_median_ms(k, kernel="flashinfer-auto", kv_dtype="bf16", batch=r["batch"], context=r["context"])
-                 / r["median_ms"], r["batch"], r["context"])
-                for r in k if r["kernel"] == "dflash-fi-final" and r["kv_dtype"] == "bf16" and r["batch"] >= 16]
-    worst = min(speedups) if speedups else None
-    out.append({"target": "dflash-fi-final at least 2x faster than flashinfer-auto, every bf16 row with batch >= 16",
-                "measured": f"smallest speed-up {worst[0]:.2f}x (batch {worst[1]} x {worst[2]})" if worst else "-",
-                "met": bool(worst and worst[0] >= 2)})
-    big = next((r for r in k if r["kernel"] == "dflash-fi-final" and r["kv_dtype"] == "bf16" and r["batch"] == 64
-                and r["context"] == 8192), None)
-    out.append({"target": "dflash-fi-final at least 65% of the copy bandwidth at batch 64 x 8192, bf16",
-                "measured": f"{big['share_of_copy']:.0%} ({big['achieved_GBps']:.0f} of {kernels['copy_GBps']:.0f} GB/s)"
-                if big else "-", "met": bool(big and big["share_of_copy"] >= 0.65)})
-    rows = e2e["rows"]
-    for batch in (1, 32):
-        fi, fa = e2e_row(rows, "embedded", "step 6 FLASHINFER draft", batch, True), e2e_row(rows, "embedded", "FLASH_ATTN draft", batch, True)
-        ratio = fi["tokens_per_s"] / fa["tokens_per_s"] if fi and fa else None
-        out.append({"target": f"graphs, batch {batch}: final FlashInfer draft at least as fast as the FLASH_ATTN draft",
-                    "measured": f"{ratio:.2f}x ({fi['tokens_per_s']:.0f} vs {fa['tokens_per_s']:.0f} tokens/s)"
-                    if ratio else "-", "met": bool(ratio and ratio >= 1)})
-    fi, base = e2e_row(rows, "embedded", "step 6 FLASHINFER draft", 1, True), e2e_row(rows, "embedded", "no speculation", 1, True)
-    ratio = fi["tokens_per_s"] / base["tokens_per_s"] if fi and base else None
-    out.append({"target": "graphs, batch 1: DFlash at least 3x the no-speculation tokens/s",
-                "measured": f"{ratio:.2f}x" if ratio else "-", "met": bool(ratio and ratio >= 3)})
-    shape = [(e2e_row(rows, SHAPE_MODEL, "step 6 FLASHINFER draft", b, True),
-              e2e_row(rows, SHAPE_MODEL, "FLASH_ATTN draft", b, True)) for b in (1, 32)]
-    gaps = [fi["step_ms"] / fa["step_ms"] - 1 for fi, fa in shape if fi and fa]
-    out.append({"target": "Qwen3-4B shape: final FlashInfer draft's step time within 3% of the FLASH_ATTN draft's",
-                "measured": ", ".join(f"{g:+.1%}" for g in gaps) + " (batch 1, 32)" if gaps else "not measured",
-                "met": (max(gaps) <= 0.03) if gaps else None})
+    for context in sorted({r["context"] for r in rows}):
+        for batch in sorted({r["batch"] for r in rows}):
+            where = dict(kv_dtype=kv_dtype, batch=batch, context=context)
+            final, fa, graph = (_median_ms(rows, kernel=k, **where)
+                                for k in ("dflash-fi-final", "vllm-flash-attn", "dflash-fi-final-graph"))
+            if final and fa:
+                out.append({"batch": batch, "context": context, "final_ms": final, "flash_attn_ms": fa,
+                            "final_over_flash_attn": final / fa, "graph_over_final": graph / final if graph else None})
     return out
 
 
-def targets_table(kernels: dict, e2e: dict) -> str:
-    lines = ["| target | measured | met |", "|---|---|---|"]
-    verdict = {True: "yes", False: "**no**", None: "not run"}
-    lines += [f"| {t['target']} | {t['measured']} | {verdict[t['met']]} |" for t in targets(kernels, e2e)]
+def kernel_pivot_table(pivot: list[dict]) -> str:
+    lines = ["| batch x context | final FlashInfer, ms | vLLM FlashAttention, ms | final / FlashAttention | "
+             "CUDA-graph wrapper / plain |", "|---|---|---|---|---|"]
+    for p in pivot:
+        graph = f"{p['graph_over_final']:.2f}x" if p["graph_over_final"] else "-"
+        lines.append(f"| {p['batch']} x {p['context']} | {p['final_ms']:.4f} | {p['flash_attn_ms']:.4f} | "
+                     f"{p['final_over_flash_attn']:.2f}x | {graph} |")
     return "\n".join(lines)

@@ -17,11 +17,11 @@ SHARED_GPU_MEMORY_UTILIZATION, SHARED_GPU_KV_CACHE_BYTES = 0.12, 512 << 20
 
 
 def engines_per_gpu() -> int:
-    """Small engines that can share one GPU: one per 40 GB (an RTX 4090 runs them one at a time)."""
+    """Small engines that can share one GPU: one per 20 GB, six at most (an RTX 4090 runs them one at a time)."""
     import torch
 
     total = torch.cuda.get_device_properties(0).total_memory / 2**30
-    return max(1, min(3, int(total // 40)))
+    return max(1, min(6, int(total // 20)))
 
 
 def share_gpus(specs) -> list[str]:

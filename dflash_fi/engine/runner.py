@@ -4,6 +4,9 @@ The parent never imports vLLM's engine: it starts `python -m dflash_fi.engine.ch
 DFLASH_FI_STEP (read by the plugin in every vLLM process) and reads back one JSON result, so a crash,
 a hang or the CUDA state of one run cannot leak into the next. Everything the engine prints (vLLM's log
 lines included) goes to the run's own log file under artifacts/logs/, which the record names.
+
+`run(spec)` waits for the engine to finish. `EngineProcess(spec, address=...)` starts one that, once up,
+serves benchmark rounds (`dflash_fi.engine.server` takes several engines in turns).
 """
 
 from __future__ import annotations
@@ -31,46 +34,67 @@ def model_fingerprint(path: str) -> dict:
     return {"path": str(root), "weights_sha256": digests}
 
 
-def run(spec: RunSpec, command: str | None = None, gpu: int | None = None, log_path: Path | None = None) -> dict:
-    """Run one engine in a child process and return its record (never raises for a failed run).
+class EngineProcess:
+    """One engine's process: started at construction, its record from `finish()` (never raises for a failed run).
 
     gpu: the CUDA device index for this engine (CUDA_VISIBLE_DEVICES); None: whatever the parent sees.
+    address: where the engine connects to serve benchmark rounds (a `multiprocessing.connection` address).
+    module: the engine process's module (the CPU tests run `dflash_fi.lab.engine_double` instead).
     """
-    from dflash_fi.plugin import STEP_ENV
-    from dflash_fi.stack import run_context
 
-    spec.validate()
-    log_path = Path(log_path or new_log_path(spec.label))
-    with tempfile.TemporaryDirectory(prefix="dflash-fi-run-") as tmp:
-        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
+    def __init__(self, spec: RunSpec, command: str | None = None, gpu: str | None = None,
+                 log_path: Path | None = None, address: str | None = None, module: str = "dflash_fi.engine.child"):
+        from dflash_fi.plugin import STEP_ENV
+
+        self.spec, self.command = spec.validate(), command
+        self.log_path = Path(log_path or new_log_path(spec.label))
+        self._tmp = tempfile.TemporaryDirectory(prefix="dflash-fi-run-")
+        tmp = Path(self._tmp.name)
+        spec_path, self.result_path = tmp / "spec.json", tmp / "result.json"
         spec_path.write_text(json.dumps(asdict(spec)))
-        config_path = Path(tmp) / "logging.json"
-        config_path.write_text(json.dumps(logging_config(log_path)))
+        config_path = tmp / "logging.json"
+        config_path.write_text(json.dumps(logging_config(self.log_path)))
         env = dict(os.environ)
         env[STEP_ENV] = str(spec.step)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in the child: errors keep their type
         env["VLLM_CONFIGURE_LOGGING"], env["VLLM_LOGGING_CONFIG_PATH"] = "1", str(config_path)
+        env["DFLASH_FI_LOG_FILE"] = str(self.log_path)
         env.setdefault("HF_HUB_OFFLINE", "1")
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = str(gpu)
-        child = [sys.executable, "-m", "dflash_fi.engine.child", str(spec_path), str(result_path)]
-        started = time.time()
-        with open(log_path, "a", encoding="utf-8") as log:
-            log.write(f"== dflash-fi run {spec.label!r}: {' '.join(child)}\n")
-            log.flush()
-            try:
-                rc = subprocess.run(child, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    timeout=spec.timeout_s).returncode
-            except subprocess.TimeoutExpired:
-                rc = None
-                log.write(f"\n== timed out after {spec.timeout_s} s\n")
-        if result_path.exists():
-            result = json.loads(result_path.read_text())
+        child = [sys.executable, "-m", module, str(spec_path), str(self.result_path)]
+        child += [address] if address else []
+        self.started = time.time()
+        self._log = open(self.log_path, "a", encoding="utf-8")
+        self._log.write(f"== dflash-fi run {spec.label!r}: {' '.join(child)}\n")
+        self._log.flush()
+        self.process = subprocess.Popen(child, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def finish(self, timeout_s: float | None = None) -> dict:
+        try:
+            rc = self.process.wait(timeout=timeout_s if timeout_s is not None else self.spec.timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            rc = None
+            self._log.write(f"\n== timed out after {self.spec.timeout_s} s\n")
+        self._log.close()
+        if self.result_path.exists():
+            result = json.loads(self.result_path.read_text())
         else:
             result = {"ok": False, "error": {
                 "type": "ChildProcessError", "phase": "process",
-                "message": f"engine process exited with {rc} and no result; log tail:\n{tail(log_path, 30)}",
+                "message": f"engine process exited with {rc} and no result; log tail:\n{tail(self.log_path, 30)}",
             }}
+        self._tmp.cleanup()
+        return record_of(self.spec, result, self.started, self.log_path, self.command)
+
+
+def record_of(spec: RunSpec, result: dict, started: float, log_path: Path, command: str | None) -> dict:
+    from dflash_fi.stack import run_context
+
     result.update({
         "label": spec.label,
         "spec": asdict(spec),
@@ -83,9 +107,16 @@ def run(spec: RunSpec, command: str | None = None, gpu: int | None = None, log_p
     return result
 
 
+def run(spec: RunSpec, command: str | None = None, gpu: str | None = None, log_path: Path | None = None) -> dict:
+    """Run one engine in a child process and return its record (never raises for a failed run)."""
+    return EngineProcess(spec, command, gpu, log_path).finish()
+
+
 def outcome(record: dict) -> str:
     """One line: 'runs, tau 4.335' or 'ValueError at selection: ...'."""
     if record.get("ok"):
         return f"runs, tau {record['tau']:.3f}" if record.get("tau") is not None else "runs"
+    import textwrap
+
     e = record.get("error") or {}
-    return f"{e.get('type')} at {e.get('phase')}: {str(e.get('message', ''))[:160]}"
+    return f"{e.get('type')} at {e.get('phase')}: {textwrap.shorten(str(e.get('message', '')), 160, placeholder=' ...')}"

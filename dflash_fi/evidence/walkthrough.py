@@ -15,8 +15,9 @@ from pathlib import Path
 
 from dflash_fi.evidence.checks import CHECKS, check_records
 from dflash_fi.evidence.ledger import RUNS_DIR, append_record, ledger_path
+from dflash_fi.evidence.near_ties import committed_margin, measure_margin
 from dflash_fi.evidence.plan import expected_to_fail, walkthrough_plan
-from dflash_fi.evidence.report import latest_walkthrough, provenance, render_table
+from dflash_fi.evidence.report import latest_walkthrough, provenance, render_mixed_table, render_table
 
 
 def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, runs_dir: Path = RUNS_DIR,
@@ -37,7 +38,7 @@ def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, 
     records = run_engines(specs, slots, f"dflash-fi walkthrough (id {walkthrough_id})",
                           on_record=lambda record: append_record(ledger, record), expected_to_fail=expected_to_fail,
                           print_fn=print_fn)
-    return records, check_records(records, reference)
+    return records, check_records(records, reference, committed_margin(runs_dir))
 
 
 def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) -> dict:
@@ -113,11 +114,20 @@ def main(num_prompts: int = 32, max_new_tokens: int = 128, runs_dir: Path = RUNS
             print(f"\n   The last walkthrough recorded in runs/, not re-run here:\n   "
                   f"{provenance(next(iter(records.values())), wid)}\n")
             print(render_table(records))
+            if any("mixed" in r for r in records.values()):
+                print("\n" + render_mixed_table(records))
         return 0
     records, checks = run_gpu_walkthrough(num_prompts, max_new_tokens, reference, runs_dir)
     print()
     print(render_table(records))
-    print()
+    print("\nThe mixed-batch rows (the same engines' second workload):\n")
+    print(render_mixed_table(records))
+    margin, own = committed_margin(runs_dir), measure_margin(records)
+    print(f"\nNear-tie margin: {margin['margin']:.3f} nats from {margin['file']}" if margin else
+          "\nNear-tie margin: none committed (`dflash-fi near-ties --record`): every parting fails")
+    print(f"This walkthrough's own correct pairs parted {own['partings']} times, at gaps up to "
+          f"{own['largest_gap'] if own['largest_gap'] is not None else '-'} "
+          f"({own['partings_at_confident_tokens']} at a confident token)\n")
     for check in checks:
         print(check.line())
     failed = [c for c in checks if c.passed is not True]

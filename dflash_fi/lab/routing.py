@@ -185,6 +185,7 @@ class RoutingLab:
             "metadata_causal": getattr(md, "causal", "absent"),
         })
         if batch.role == "draft":
+            row["host_seq_lens"] = "copied from the GPU" if cad._seq_lens_cpu is not None else "upper bound, no copy"
             per_layer = {name: md for name in names}
             with mock.patch.object(SpecDecodeBaseProposer, "build_per_group_and_layer_attn_metadata",
                                    return_value=([md], per_layer)):
@@ -224,8 +225,8 @@ def format_routing(report: dict) -> str:
         paths = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
         plan = "" if b["plan_causal"] is None else f", plan(causal={b['plan_causal']}, {b['prefill_kernel']})"
         check = f", DFlash check {b['dflash_check']}" if "dflash_check" in b else ""
-        lines.append(f"  {b['batch']:<40} {b['num_decodes']}D/{b['num_prefills']}P via {paths}{plan}, "
-                     f"metadata.causal={b['metadata_causal']}{check}")
+        lines.append(f"  {b['batch']:<40} {b['num_decodes']} decode + {b['num_prefills']} prefill requests via "
+                     f"{paths}{plan}, metadata.causal={b['metadata_causal']}{check}")
     for w in report["dflash_warnings"]:
         lines.append(f"  warning (logged once): {w}")
     return "\n".join(lines)
@@ -233,7 +234,9 @@ def format_routing(report: dict) -> str:
 
 def routing_table(steps, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto",
                   cuda_graphs: bool = False) -> str:
-    """Markdown: what each standard batch becomes (decode/prefill split, path, plan) at each step."""
+    """Markdown: what each standard batch becomes at each step: how many of its requests go to decode and to
+    prefill kernels, on which path, planned with which causality; for draft batches, `metadata.causal` and
+    whether DFlash's own check passes."""
     reports = {s: routing_report(s, trtllm, capability, kv_cache_dtype, cuda_graphs) for s in steps}
     lines = ["| batch | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|" + "---|" * len(steps)]
     for i, batch in enumerate(STANDARD_BATCHES):
@@ -245,6 +248,8 @@ def routing_table(steps, capability=HOPPER, trtllm: bool = False, kv_cache_dtype
                 continue
             path = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
             plan = "" if b["plan_causal"] is None else f", plan causal={b['plan_causal']}"
-            cells.append(f"{b['num_decodes']}D/{b['num_prefills']}P, {path}{plan}")
+            draft = (f"; metadata.causal={b['metadata_causal']}; DFlash check {b['dflash_check'].split(':')[0]}"
+                     if "dflash_check" in b else "")
+            cells.append(f"{b['num_decodes']} decode + {b['num_prefills']} prefill: {path}{plan}{draft}")
         lines.append(f"| {batch.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -93,7 +93,9 @@ def backend_verdicts(step: int, capability: tuple[int, int], kv_cache_dtype: str
 def _short_reason(error: str) -> str:
     if "Reason: " in error:
         return error.split("Reason: ", 1)[1]
-    return "no valid backend" if "No valid attention backend" in error else error[:80]
+    import textwrap
+
+    return "no valid backend" if "No valid attention backend" in error else textwrap.shorten(error, 80, placeholder=" ...")
 
 
 def render_matrix(rows: list[dict]) -> str:

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_fi.engine import child
+from dflash_fi.engine import child, generate, instruments
 from dflash_fi.engine.runner import run
-from dflash_fi.engine.spec import RunSpec
+from dflash_fi.engine.spec import RunSpec, engine_arguments, engine_call
 from dflash_fi.errors import BadInput, MissingModelFiles, UnknownStep
 
 
@@ -40,44 +40,50 @@ class BuilderDouble:
         return self.build(0, common_attn_metadata, fast_build=True)  # as vLLM's base class does
 
 
-def _worker_double(target, draft_in_runner, drafter):
-    """A GPU worker's model runner as `_build_times` sees it: attention groups of builders, and the drafter's."""
+def _worker_double(target, draft_in_runner, drafter, largest_graph=512):
+    """A GPU worker's model runner as `build_times` sees it: attention groups of builders, and the drafter's."""
     from types import SimpleNamespace as NS
 
     def group(name, layers, builder):
         return NS(backend=NS(get_name=lambda: name), layer_names=layers, metadata_builders=[builder])
     runner = NS(attn_groups=[[group("FLASH_ATTN", ["t0", "t1"], target), group("FLASHINFER", ["d0"], draft_in_runner)]],
-                drafter=NS(draft_attn_groups=[group("FLASHINFER", ["d0"], drafter)]))
+                drafter=NS(draft_attn_groups=[group("FLASHINFER", ["d0"], drafter)]),
+                compilation_config=NS(max_cudagraph_capture_size=largest_graph))
     return NS(model_runner=runner)
 
 
-def test_metadata_build_timers_count_each_builder_and_reset():
+def test_metadata_build_timers_count_each_builder_size_it_and_reset():
+    from types import SimpleNamespace as NS
+
     target, draft_in_runner, drafter = BuilderDouble(), BuilderDouble(), BuilderDouble()
     worker = _worker_double(target, draft_in_runner, drafter)
-    assert child._build_times(worker, install=True) == {}
-    assert target.build(0, "metadata") == "metadata"  # the wrapper hands back what build() returns
-    draft_in_runner.build(0, "m")
+    assert instruments.build_times(worker, install=True) == {}
+    small, big = NS(num_actual_tokens=64), NS(num_actual_tokens=600)
+    assert target.build(0, small) is small  # the wrapper hands back what build() returns
+    target.build(common_prefix_len=0, common_attn_metadata=big)  # the runner passes keywords
+    draft_in_runner.build(0, small)
     for _ in range(3):
-        drafter.build_for_drafting("m", 0)
-    times = child._build_times(worker)
-    assert {where: calls for where, (calls, _) in times.items()} == {
-        "target step, FLASH_ATTN (2 layers)": 1, "target step, FLASHINFER (1 layers)": 1,
+        drafter.build_for_drafting(small, 0)
+    times = instruments.build_times(worker)
+    assert {where: entry[0] for where, entry in times.items()} == {
+        "target step, FLASH_ATTN (2 layers)": 2, "target step, FLASHINFER (1 layers)": 1,
         "draft step, FLASHINFER (1 layers)": 3}
-    assert all(seconds >= 0 for _, seconds in times.values())
-    assert child._build_times(worker) == {}  # read once, then reset
-    child._build_times(worker, install=True)  # a second install wraps nothing twice
-    drafter.build_for_drafting("m", 0)
-    assert child._build_times(worker) == {"draft step, FLASHINFER (1 layers)": [1, pytest.approx(0, abs=1)]}
+    assert times["target step, FLASH_ATTN (2 layers)"][2:] == [600, 1]  # most tokens, builds above the 512 graph
+    assert all(entry[1] >= 0 for entry in times.values())
+    assert instruments.build_times(worker) == {}  # read once, then reset
+    instruments.build_times(worker, install=True)  # a second install wraps nothing twice
+    drafter.build_for_drafting(small, 0)
+    assert instruments.build_times(worker) == {"draft step, FLASHINFER (1 layers)": [1, pytest.approx(0, abs=1), 64, 0]}
 
 
 def test_profiled_builds_say_where_the_time_went(monkeypatch):
-    monkeypatch.setenv(child.PROFILE_BUILDS_ENV, "1")
+    monkeypatch.setenv(instruments.PROFILE_BUILDS_ENV, "1")
     drafter = BuilderDouble()
     worker = _worker_double(BuilderDouble(), BuilderDouble(), drafter)
-    child._build_times(worker, install=True)
+    instruments.build_times(worker, install=True)
     for _ in range(2):
         drafter.build_for_drafting("m", 0)
-    profiles = child._build_profiles(worker)
+    profiles = instruments.build_profiles(worker)
     assert list(profiles) == ["draft step, FLASHINFER (1 layers)"]
     assert "function calls" in profiles["draft step, FLASHINFER (1 layers)"] and "build" in profiles["draft step, FLASHINFER (1 layers)"]
 
@@ -95,12 +101,12 @@ def test_acceptance_between_two_readings_of_vllms_counters():
         def get_metrics(self):
             return self.metrics
 
-    before = child._counters(LLMStub(4, 10, [4, 3, 2, 1] + [0] * 11))
-    after = child._counters(LLMStub(14, 38, [13, 10, 7, 5, 3] + [0] * 10))
-    m = child._acceptance(before, after)  # this generate alone: 10 drafts, 28 accepted
+    before = generate.counters(LLMStub(4, 10, [4, 3, 2, 1] + [0] * 11))
+    after = generate.counters(LLMStub(14, 38, [13, 10, 7, 5, 3] + [0] * 10))
+    m = generate.acceptance(before, after)  # this generate alone: 10 drafts, 28 accepted
     assert m["num_drafts"] == 10 and m["tau"] == pytest.approx(3.8)
     assert m["per_position_acceptance"][:3] == [0.9, 0.7, 0.5]
-    nothing = child._acceptance(after, after)
+    nothing = generate.acceptance(after, after)
     assert nothing["tau"] is None and nothing["per_position_acceptance"] is None
 
 
@@ -115,6 +121,9 @@ def test_acceptance_between_two_readings_of_vllms_counters():
     ({"batch_sizes": (1, 64), "num_prompts": 32}, BadInput, "a batch size"),
     ({"step": 9}, UnknownStep, "unknown step 9"),
     ({"gpu_memory_utilization": 1.5}, BadInput, "--gpu-memory-utilization"),
+    ({"flash_attn_version": 1}, BadInput, "FlashAttention version 1"),
+    ({"workloads": ("uniform", "long")}, BadInput, "workloads"),
+    ({"max_num_seqs": 0}, BadInput, "--max-num-seqs"),
 ])
 def test_bad_run_specs_fail_fast(change, error, message):
     with pytest.raises(error, match=message):
@@ -133,3 +142,28 @@ def test_a_failed_engine_still_leaves_a_complete_record():
     assert set(record["models"]["target"]["weights_sha256"]) == {"model.safetensors"}
     log = Path(record["log_file"])
     assert log.is_file() and "dflash-fi run 'cpu'" in log.read_text()  # the engine's output went to its log
+
+
+def test_near_ties_are_the_positions_where_the_target_hesitated():
+    from types import SimpleNamespace as NS
+
+    def position(*logprobs):  # vLLM's per-position dict: token id -> Logprob(logprob=...)
+        return {i: NS(logprob=lp) for i, lp in enumerate(logprobs)}
+    out = NS(outputs=[NS(logprobs=[position(-0.1, -5.0), position(-0.6, -0.7), position(-0.2, -1.1, -2.0)])])
+    assert generate.near_ties(out) == [[1, 0.1], [2, 0.9]]
+    assert generate.near_ties(out, cap=0.5) == [[1, 0.1]]
+
+
+def test_the_engine_call_a_notebook_shows_is_the_one_the_engine_makes():
+    from dflash_fi.evidence import plan as P
+
+    spec = next(s for s in P.walkthrough_plan() if s.label == P.RTX4090_STEP4)
+    kwargs = engine_arguments(spec)
+    assert kwargs["attention_config"] == {"flash_attn_version": 2} and kwargs["kv_cache_dtype"] == "fp8"
+    assert "attention_backend" not in kwargs["speculative_config"]  # left to vLLM's selector
+    text = engine_call(spec)
+    assert "os.environ['DFLASH_FI_STEP'] = '4'" in text and "attention_config={'flash_attn_version': 2}," in text
+    assert "model='dflash_fi/models/target'," in text and str(spec.target) not in text  # the same on every machine
+    graphs = next(s for s in P.walkthrough_plan() if s.label == P.graphs_fi_target_label(7))
+    assert engine_arguments(graphs)["enforce_eager"] is False and engine_arguments(graphs)["attention_backend"] == "FLASHINFER"
+    assert "'attention_backend': 'FLASHINFER'" in engine_call(graphs)

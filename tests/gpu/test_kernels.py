@@ -1,5 +1,8 @@
 """GPU-only: FlashInfer's real kernels against the reference, step 6's CUDA-graph wrappers replaying new plans,
-and the walkthrough's checks on live engines (recorded in a temporary ledger, never in runs/)."""
+step 7's plans from host-side bounds, and the walkthrough's checks on live engines (recorded in a temporary
+ledger, never in runs/)."""
+
+import os
 
 import pytest
 import torch
@@ -64,6 +67,47 @@ def test_step6_graph_wrapper_replays_a_new_plan(causal):
         torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.step7
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_step7_plans_from_host_bounds_and_computes_what_exact_lengths_give(kv_cache_dtype):
+    """A draft batch planned from upper bounds on its lengths (no copy from the GPU) runs the very attention that
+    planning from the exact lengths runs, and the reference's: short contexts whose bound crosses a page, and
+    long ones that FlashInfer splits into KV chunks, where a bound can add a chunk the kernel finds empty."""
+    from dataclasses import replace
+
+    from vllm.config import set_current_vllm_config
+
+    from dflash_fi.lab.routing import RoutingLab
+
+    torch.manual_seed(0)
+    batches = (Batch("short", (DRAFT_BLOCK_SIZE,) * 4, (37, 90, 150, 301), False, (3, 15, 0, 9)),
+               Batch("long", (DRAFT_BLOCK_SIZE,) * 2, (4000, 8174), False, (15, 15)),
+               Batch("one", (DRAFT_BLOCK_SIZE,), (2047,), False, (15,)))
+    with RoutingLab(7, kv_cache_dtype=kv_cache_dtype, on_gpu=True) as lab:
+        builder, _, config = lab.builders["draft"]
+        hq, hkv, d = builder.num_qo_heads, builder.num_kv_heads, builder.head_dim
+        for batch in batches:
+            bounded = common_metadata(batch, device="cuda", first_page=3)
+            num_pages = 3 + int(bounded.block_table_tensor.max()) + 8
+            kv = torch.randn(num_pages, 2, KV_PAGE_SIZE, hkv, d, dtype=torch.bfloat16, device="cuda")
+            if kv_cache_dtype == "fp8":
+                kv = kv.to(torch.float8_e4m3fn)
+            q = torch.randn(sum(batch.query_lens), hq, d, dtype=torch.bfloat16, device="cuda")
+            with set_current_vllm_config(config):
+                md = builder.build(0, bounded)
+                assert bounded._seq_lens_cpu is None  # nothing was copied from the GPU
+                from_bounds = md.prefill.wrapper.run(q, kv).clone()
+                exact = replace(bounded, _seq_lens_cpu=bounded.seq_lens.cpu())
+                from_exact = builder.build(0, exact).prefill.wrapper.run(q, kv).clone()
+            ref = paged_attention_reference(q, kv.float(), bounded.block_table_tensor, exact._seq_lens_cpu,
+                                            bounded.query_start_loc_cpu, causal=False)
+            torch.testing.assert_close(from_bounds.float(), from_exact.float(), atol=1e-2, rtol=1e-2)
+            torch.testing.assert_close(from_bounds.float(), ref.float(), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.skipif(not os.environ.get("DFLASH_FI_TEST_WALKTHROUGH"),
+                    reason="the walkthrough is the main job (`dflash-fi walkthrough`, minutes of GPU time); "
+                           "set DFLASH_FI_TEST_WALKTHROUGH=1 to run it under pytest too")
 def test_walkthrough_checks_pass_on_live_engines(tmp_path):
     from dflash_fi.evidence.walkthrough import run_gpu_walkthrough
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts

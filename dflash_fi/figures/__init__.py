@@ -1,0 +1,20 @@
+"""The tutorial's pictures, drawn from data the rest of the package produces or the committed records hold.
+
+    style.py       the shared look: colours, one distinct line style per series, legends kept off the data
+    attention.py   the block masks (notebook 00), vLLM's selector for the draft (01)
+    acceptance.py  acceptance per draft position (02, 03), tau per run (04)
+    benchmarks.py  kernel times, FlashInfer against FLASH_ATTN drafts in pairs of rounds, a decoding step's time
+                   (06, README); the SVGs of docs/figures/
+
+Each function returns a matplotlib Figure; notebooks show it inline, `dflash-fi figures` writes the
+benchmark ones as SVG under docs/figures/.
+
+May import: dflash_fi.reference, dflash_fi.bench, dflash_fi.evidence, dflash_fi.vocabulary, dflash_fi.lab.
+"""
+
+from dflash_fi.figures.acceptance import acceptance_by_position, tau_by_step
+from dflash_fi.figures.attention import block_masks, selector_grid
+from dflash_fi.figures.benchmarks import FIGURES_DIR, draft_step_time, e2e_pairs, kernel_times, write_benchmark_figures
+
+MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.bench", "dflash_fi.evidence", "dflash_fi.vocabulary",
+              "dflash_fi.lab")

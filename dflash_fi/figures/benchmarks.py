@@ -1,0 +1,177 @@
+"""Pictures of the benchmarks (notebook 05, README): kernel times, engine throughput, a decoding step's time.
+
+`write_benchmark_figures` (`dflash-fi figures`) writes them as SVG under docs/figures/ (text files, so the tree
+stays free of binaries), from the results files `dflash_fi.bench.results.latest_results` reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dflash_fi.figures.style import figure_legend, pyplot, series_styles
+
+FIGURES_DIR = Path(__file__).resolve().parents[2] / "docs" / "figures"
+
+
+def _kernel_label(kernel: str, rows: list[dict]) -> str:
+    """The kernel's name and what it ran per KV dtype (`flashinfer-auto` picks fa2 or fa3), so that lines
+    lying on each other say why."""
+    ran = {}
+    for r in rows:
+        if r["kernel"] == kernel and r.get("ran"):
+            ran.setdefault(r["kv_dtype"], set()).add(r["ran"])
+    variants = {kv: "/".join(sorted(backends)) for kv, backends in ran.items()}
+    if not variants:
+        return kernel
+    if len(set(variants.values())) == 1:
+        return f"{kernel} (ran {next(iter(variants.values()))})"
+    return f"{kernel} (ran " + ", ".join(f"{b} on {kv} KV" for kv, b in variants.items()) + ")"
+
+
+def kernel_times(results: dict, num_qo_heads: int = 32, num_kv_heads: int = 8,
+                 kv_dtypes: tuple[str, ...] | None = None):
+    """Median time per call by batch: one row of panels per KV dtype (`kv_dtypes`, default every one in the
+    results), one column per context length, one line per kernel. Kernels with no time in a panel (they
+    failed there) are named in its title."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    from dflash_fi.bench.kernels import KERNELS
+    from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE
+
+    plt = pyplot()
+    rows = [r for r in results["rows"] if (r["num_qo_heads"], r["num_kv_heads"]) == (num_qo_heads, num_kv_heads)]
+    kv_dtypes = list(kv_dtypes or dict.fromkeys(r["kv_dtype"] for r in rows))
+    contexts = sorted({r["context"] for r in rows})
+    known = {kernel: i for i, kernel in enumerate(KERNELS)}
+    kernels = sorted({r["kernel"] for r in rows}, key=lambda k: (known.get(k, len(known)), k))
+    styles = dict(zip(kernels, series_styles(len(kernels))))
+    size = (4.4 * len(contexts), 3.4 * len(kv_dtypes) + 0.8)
+    fig, axes = plt.subplots(len(kv_dtypes), len(contexts), figsize=size, squeeze=False, layout="constrained")
+    handles = {}
+    for axes_row, kv in zip(axes, kv_dtypes):
+        for ax, context in zip(axes_row, contexts):
+            here = [r for r in rows if r["kv_dtype"] == kv and r["context"] == context]
+            missing = []
+            for kernel in kernels:
+                points = sorted((r["batch"], r["median_ms"]) for r in here
+                                if r["kernel"] == kernel and "median_ms" in r)
+                if not points:
+                    errors = {r["error"].split(":")[0] for r in here if r["kernel"] == kernel and r.get("error")}
+                    missing.append(f"{kernel} ({', '.join(sorted(errors))})" if errors else kernel)
+                    continue
+                handles[kernel], = ax.plot(*zip(*points), **styles[kernel])
+            batches = sorted({r["batch"] for r in here})
+            ax.set_xscale("log", base=2), ax.set_yscale("log")
+            ax.set_xticks(batches, [str(b) for b in batches])
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.yaxis.set_minor_formatter(NullFormatter())  # log-axis minor labels crowd the panel
+            ax.grid(alpha=0.3, which="both")
+            ax.set_title(f"{kv} KV, context {context}" + "".join(f"\nno point: {m}" for m in missing), fontsize=9)
+            ax.set_xlabel(f"batch (requests of {DRAFT_BLOCK_SIZE} queries)", fontsize=8)
+        axes_row[0].set_ylabel(f"{kv} KV\nms per call (median)")
+    ordered = [k for k in kernels if k in handles]
+    figure_legend(fig, [handles[k] for k in ordered], [_kernel_label(k, rows) for k in ordered],
+                  title="kernel (and the attention kernel it ran)")
+    fig.suptitle(f"{results.get('gpu', 'GPU')}: non-causal paged attention at DFlash shapes, {num_qo_heads}/"
+                 f"{num_kv_heads} heads", fontsize=11)
+    return fig
+
+
+def e2e_pairs(turns: dict):
+    """One panel per model: each FlashInfer draft's ratio to the FLASH_ATTN draft, one dot per pair of rounds and
+    a bar at their median, per batch; the target as a dashed line (tokens/s for the embedded pair, where higher is
+    better; time per step for the Qwen3-4B shape, where lower is)."""
+    from dflash_fi.bench.e2e import EMBEDDED, FLASH_ATTN_RUN
+    from dflash_fi.bench.turns import TARGET_RATIO, TARGET_SHAPE_GAP, batches, pair_ratios, spread
+
+    plt = pyplot()
+    models = list(dict.fromkeys(r["model"] for r in turns["rows"]))
+    fig, axes = plt.subplots(1, len(models), figsize=(5.4 * len(models), 3.8), squeeze=False, layout="constrained")
+    handles = {}
+    for ax, model in zip(axes[0], models):
+        drafts = [run for run in dict.fromkeys(r["run"] for r in turns["rows"] if r["model"] == model)
+                  if "FLASHINFER" in run]
+        metric = "tokens_per_s" if model == EMBEDDED else "step_ms"
+        sizes = batches(turns, model)
+        width = 0.8 / max(len(drafts), 1)
+        for k, (run, style) in enumerate(zip(drafts, series_styles(len(drafts)))):
+            for i, batch in enumerate(sizes):
+                ratios = pair_ratios(turns, model, run, FLASH_ATTN_RUN, batch, metric)
+                x = i + (k - (len(drafts) - 1) / 2) * width
+                if not ratios:
+                    continue
+                handles[run] = ax.bar(x, spread(ratios)["median"], width=width * 0.9, color=style["color"], alpha=0.35)
+                ax.plot([x] * len(ratios), ratios, linestyle="none", marker=style["marker"], color=style["color"])
+        target = TARGET_RATIO if model == EMBEDDED else 1 + TARGET_SHAPE_GAP
+        handles["target"] = ax.axhline(target, color="black", linestyle="--", linewidth=1)
+        ax.axhline(1.0, color="#999999", linewidth=0.8)
+        ax.set_xticks(range(len(sizes)), [str(b) for b in sizes])
+        ax.set_xlabel("batch (requests decoded together; batch 1: the median of prompts decoded alone)")
+        ax.set_ylabel("FlashInfer / FLASH_ATTN draft, " + ("tokens/s" if metric == "tokens_per_s" else "step time"))
+        ax.set_title(f"{model}: " + ("higher is better" if metric == "tokens_per_s" else "lower is better"),
+                     fontsize=10)
+    labels = {"target": "target (0.97x tokens/s; step time +3%)", **{run: f"{run}: median bar, one dot per pair "
+                                                                       "of rounds" for run in handles if run != "target"}}
+    figure_legend(fig, list(handles.values()), [labels[k] for k in handles], ncol=1)
+    fig.suptitle(f"{turns.get('gpu', 'GPU')}: FlashInfer draft against FLASH_ATTN draft, engines in turns "
+                 f"({turns.get('rounds')} rounds), CUDA graphs, bf16", fontsize=11)
+    return fig
+
+
+def draft_step_time(turns: dict, batch: int = 1):
+    """Time per decoding step of the FLASH_ATTN draft and each FlashInfer draft (median of rounds), split into
+    the host time of each metadata build and the rest; one panel per model. None when no build was timed."""
+    from dflash_fi.bench.turns import rounds_of
+
+    plt = pyplot()
+    models = list(dict.fromkeys(r["model"] for r in turns["rows"] if r.get("metadata_build_ms_per_step")))
+    if not models:
+        return None
+    fig, axes = plt.subplots(1, len(models), figsize=(5.6 * len(models), 4.0), squeeze=False, layout="constrained")
+    colors = {"target step": "#dd8452", "draft step": "#c44e52"}
+    handles = {}
+    for ax, model in zip(axes[0], models):
+        runs = [run for run in dict.fromkeys(r["run"] for r in turns["rows"] if r["model"] == model)
+                if run != "no speculation"]
+        for i, run in enumerate(runs):
+            rows = list(rounds_of(turns, model, run, batch).values())
+            if not rows:
+                continue
+            step = sorted(r["step_ms"] for r in rows)[len(rows) // 2]
+            bottom = 0.0
+            for where in sorted({w for r in rows for w in r["metadata_build_ms_per_step"]}):
+                ms = sorted(r["metadata_build_ms_per_step"].get(where, 0.0) for r in rows)[len(rows) // 2]
+                kind = "draft step" if where.startswith("draft step") else "target step"
+                backend = "FLASHINFER" if "FLASHINFER" in where else "FLASH_ATTN"
+                key = f"{kind} builds, {backend}"
+                handles[key] = ax.bar(i, ms, bottom=bottom, width=0.6, color=colors[kind], edgecolor="white",
+                                      alpha=1 if backend == "FLASHINFER" else 0.45)
+                bottom += ms
+            handles["rest of the step (GPU work and the rest of the host's)"] = ax.bar(
+                i, step - bottom, bottom=bottom, width=0.6, color="#bbbbbb")
+            ax.text(i, step, f"{step:.2f} ms\n(builds {bottom:.2f})", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(runs)), [run.replace(" FLASHINFER draft", " FlashInfer") for run in runs], fontsize=8)
+        ax.set_ylabel("ms per decoding step (median of rounds)")
+        ax.set_title(f"{model}, batch {batch}", fontsize=10)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.15)
+    figure_legend(fig, list(handles.values()), list(handles), ncol=2)
+    fig.suptitle(f"{turns.get('gpu', 'GPU')}: where a decoding step's time goes (host metadata builds), "
+                 "CUDA graphs, bf16", fontsize=11)
+    return fig
+
+
+def write_benchmark_figures(kernels: dict | None, turns: dict | None, out_dir: Path = FIGURES_DIR) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, make, data in (("bench-kernels", kernel_times, kernels), ("bench-e2e", e2e_pairs, turns),
+                             ("bench-draft-step", draft_step_time, turns)):
+        if data is None:
+            continue
+        fig = make(data)
+        if fig is None:
+            continue
+        path = out_dir / f"{name}.svg"
+        with pyplot().rc_context({"svg.hashsalt": "dflash-fi"}):  # stable element ids: same data, same file
+            fig.savefig(path, format="svg", metadata={"Date": None})
+        written.append(path)
+    return written

@@ -1,0 +1,134 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags
+#     notebook_metadata_filter: kernelspec,jupytext
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 5 · What upstream did next: CUDA-graph claims, #48167, and the draft's kernel
+#
+# PR #43081 made the FlashInfer draft correct. What came after is about speed, and starts with **CUDA graphs**:
+# vLLM records a model's kernels once and replays them, which removes the launch overhead that dominates small
+# batches. It resolves one graph mode for the whole engine from the weakest attention backend in it, *draft
+# layers included*, by asking each backend's builder what it can replay (`get_cudagraph_support`).
+#
+# This notebook reads those claims for each step, takes upstream's fix of the claim (vLLM #48167, step 5)
+# together with a faster kernel for the draft, and says where upstream stands now. Notebook 6 goes past it:
+# what the FlashInfer draft costs, and steps 6 and 7, which upstream has not taken.
+
+# %% tags=["nbval-ignore-output"]
+from dflash_fi.evidence import plan as P
+from dflash_fi.notebook import check, setup, show, show_diff, show_engines
+
+session = setup("05_what_upstream_did_next")
+
+# %% [markdown]
+# ## What each step claims about CUDA graphs, and what the engine resolves
+#
+# vLLM 0.22.1's model runner asks every attention backend's builder for `get_cudagraph_support(...)`, with the
+# engine's (the target's) config, takes the weakest, and hands it to
+# `CompilationConfig.resolve_cudagraph_mode_and_sizes`. Both run here, on the CPU under pretended GPUs, for an
+# engine with a FLASH_ATTN target and a FLASHINFER draft. The column "draft config" is what FlashInfer would
+# answer if asked with DFlash's draft config (`use_non_causal=True`), as later vLLM drafters ask:
+
+# %%
+from dflash_fi.lab.graphs import cudagraph_claims, format_claims
+from dflash_fi.steps import FINAL_STEP
+from dflash_fi.vocabulary import BLACKWELL, HOPPER
+
+claims = [cudagraph_claims(step, capability, trtllm) for step in (4, 5, 6, FINAL_STEP)
+          for capability, trtllm in ((HOPPER, False), (BLACKWELL, True))]
+show(format_claims(claims))
+by_step = {(c["step"], c["capability"]): c for c in claims}
+print(f"What to see: on SM 9.0 step 4 and step 5 claim {by_step[4, '9.0']['flashinfer_claim']}, and the engine "
+      f"resolves {by_step[4, '9.0']['resolved_mode']}: a FlashInfer draft costs the whole engine its full graphs. On "
+      f"SM 10.0 step 4 claims {by_step[4, '10.0']['flashinfer_claim_draft_config']} even for the draft's config, "
+      f"which step 5 corrects to {by_step[5, '10.0']['flashinfer_claim_draft_config']}. Steps 6 and {FINAL_STEP} "
+      f"resolve {by_step[6, '9.0']['resolved_mode']} (notebook 6).")
+for c in claims:
+    for warning in c["vllm_warnings"]:
+        print(f"step {c['step']}, SM {c['capability']}: vLLM says: {warning}")
+
+# %% [markdown]
+# ## Step 5: #48167, and the draft's kernel
+#
+# Without TRTLLM (SM 9.0), FlashInfer claims `UNIFORM_SINGLE_TOKEN_DECODE`: a uniform batch of 16-token
+# requests runs on the prefill wrapper, which a captured graph cannot replay after a new `plan()`. With
+# TRTLLM (Blackwell), step 4 claims `UNIFORM_BATCH`, even when asked with the draft's own config, though a
+# non-causal batch never runs on TRTLLM. Upstream's fix, #48167, makes the claim honest for non-causal attention.
+# (In vLLM 0.22.1 the runner asks with the target's config and the drafter captures piecewise graphs only, so the
+# wrong claim never bites here; it does in later vLLM, whose drafters honour their own backend's claim.)
+#
+# Step 5 also sets the draft's kernel to FA2: PR #43081's non-causal wrapper lets FlashInfer choose (`auto`: FA3
+# on SM 9.0); for 16-query blocks FA2 is the faster kernel there (notebook 6 measures it), and FlashInfer's FA3
+# has no kernel for the bf16 queries vLLM keeps on an FP8 cache.
+
+# %%
+from dflash_fi.steps import hunk_diff
+
+show_diff(hunk_diff(5))
+
+# %% [markdown]
+# ## Where upstream stands now
+#
+# Upstream's answer was to stop the FlashInfer draft from claiming graphs it cannot replay: in vLLM v0.26.0 and
+# later, whose drafters honour their own backend's claim, #48167 makes a FlashInfer DFlash draft run its attention
+# eagerly, outside the graphs. Upstream has not taken the other way out, prefill wrappers that a graph can replay;
+# notebook 6 does (step 6), and then removes what the FlashInfer draft still costs on the host (step 7). This is
+# upstream's history as its pull requests tell it, not run here (this tutorial pins vLLM 0.22.1).
+#
+# ## On the GPU: what the engine resolves, live
+#
+# Three engines with vLLM's default compilation and CUDA graphs (no speculation, the FLASH_ATTN draft, step 4's
+# FlashInfer draft) and two without graphs (steps 4 and 5, to see that step 5's kernel changes no output):
+
+# %%
+live_labels = [P.NO_SPEC_GRAPHS, P.FLASH_ATTN_GRAPHS, P.STEP4_GRAPHS, P.step_label(4), P.step_label(5)]
+show_engines(live_labels)
+
+# %% tags=["gpu"]
+live = session.run_live(live_labels)
+
+# %% tags=["nbval-ignore-output"]
+records, reference, source = session.evidence(live_labels)
+print(source)
+for label in live_labels[:3]:
+    print(f"  {label:<40} resolved {records[label].get('cudagraph_mode')}")
+checks = session.check(records, reference, ("CUDA graphs", "step 5"))
+print(f"What to see: the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].get('cudagraph_mode')}, step 4's "
+      f"FlashInfer draft turns the same engine {records[P.STEP4_GRAPHS].get('cudagraph_mode')}, as the table above "
+      "predicted from vLLM's own resolution code.")
+
+# %% [markdown]
+# ### Check
+
+# %% tags=["nbval-ignore-output"]
+check("step 4 on SM 9.0 resolves PIECEWISE, step 6 FULL_AND_PIECEWISE",
+      by_step[4, "9.0"]["resolved_mode"] == "PIECEWISE" and by_step[6, "9.0"]["resolved_mode"] == "FULL_AND_PIECEWISE")
+check("step 4 claims UNIFORM_BATCH for the draft's config on Blackwell; step 5 (#48167) does not",
+      by_step[4, "10.0"]["flashinfer_claim_draft_config"] == "UNIFORM_BATCH"
+      and by_step[5, "10.0"]["flashinfer_claim_draft_config"] == "UNIFORM_SINGLE_TOKEN_DECODE")
+check("step 5's draft kernel is FA2", "NON_CAUSAL_PREFILL_BACKEND = \"fa2\"" in hunk_diff(5))
+check(f"the walkthrough's {len(checks)} checks for graph modes and step 5 pass",
+      len(checks) == 2 and all(c.passed for c in checks), source.split(":")[0])
+
+# %% [markdown]
+# ## What you saw, and what's next
+#
+# - vLLM resolves one graph mode for the whole engine; with step 4's FlashInfer draft an SM 9.0 engine loses its
+#   full graphs.
+# - #48167 (step 5) makes the claim honest on Blackwell; step 5 also gives the draft the faster FA2 kernel.
+# - Upstream since v0.26.0 runs a FlashInfer DFlash draft's attention eagerly.
+#
+# Next, notebook 6: keeping the full graphs with a FlashInfer draft (step 6), what the draft still costs, and
+# step 7, which removes its host overhead.

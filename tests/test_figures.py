@@ -1,0 +1,195 @@
+"""The tutorial's pictures hide nothing: titles, labelled axes, legends off the data, every run and kernel shown.
+
+Drawn from the committed records (walkthrough, kernel benchmark) and vLLM's real selector, on the CPU.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from dflash_fi import figures  # noqa: E402
+
+FLASH_ATTN = "FLASH_ATTN draft (reference)"
+EAGER_RUNS = [FLASH_ATTN, *(f"step {s} FLASHINFER draft" for s in range(7)), "step 4 FLASHINFER draft, fp8 KV"]
+
+
+@pytest.fixture(scope="module")
+def walkthrough():
+    from dflash_fi.evidence.report import recorded_walkthrough
+
+    records, _ = recorded_walkthrough()
+    return records
+
+
+@pytest.fixture(scope="module")
+def reference(walkthrough):
+    recorded = next(iter(walkthrough.values()))["spec"]["extra"]["reference"]
+    if "per_position_acceptance" in recorded:
+        return recorded
+    from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
+    from dflash_fi.reference.evaluate import evaluate_pair
+
+    return evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=4), 32)
+
+
+@pytest.fixture
+def drawn():
+    """Figures made in a test, closed after it."""
+    made = []
+    yield made.append
+    for fig in made:
+        plt.close(fig)
+
+
+def data_artists(ax):
+    return [a for a in (*ax.lines, *ax.patches, *ax.collections, *ax.images) if a.get_visible()]
+
+
+def legend_texts(fig) -> list[str]:
+    return [t.get_text() for legend in all_legends(fig) for t in legend.get_texts()]
+
+
+def all_legends(fig):
+    return [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+
+
+def assert_reads_well(fig, legend_expected=True):
+    """A title per panel (or for the figure), labelled axes, and legends covering neither data nor panels."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        assert ax.get_title() or fig.get_suptitle(), "a panel without a title"
+        assert ax.get_xlabel(), f"no x label on {ax.get_title()!r}"
+    rows = {}
+    for ax in fig.axes:  # a y label on each row of panels at least (shared y axes label only the first)
+        rows.setdefault(ax.get_subplotspec().rowspan.start, []).append(ax.get_ylabel())
+    assert all(any(labels) for labels in rows.values()), rows
+    legends = all_legends(fig)
+    assert legends or not legend_expected
+    for legend in legends:
+        box = legend.get_window_extent(renderer)
+        assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0, "legend cut off"
+        for ax in fig.axes if legend in fig.legends else [legend.axes]:
+            assert not box.overlaps(ax.get_window_extent(renderer)), "legend over a panel"
+            for artist in data_artists(ax):
+                assert not box.overlaps(artist.get_window_extent(renderer)), f"legend over {artist}"
+
+
+def test_block_masks_have_a_key_and_a_labelled_divider(drawn):
+    fig = figures.block_masks(num_context=8)
+    drawn(fig)
+    assert_reads_well(fig)
+    texts = " | ".join(legend_texts(fig))
+    assert "may attend to this key" in texts and "may not" in texts and "divider" in texts
+    for ax in fig.axes:
+        assert any(set(line.get_xdata()) == {7.5} for line in ax.lines), "the context | block divider"
+
+
+def test_the_selector_grid_explains_its_three_colours_in_plain_words(drawn):
+    from dflash_fi.lab.selector import selector_matrix
+    from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
+
+    rows = [r for r in selector_matrix(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL))
+            if r["role"] == "draft"]
+    fig = figures.selector_grid(rows)
+    drawn(fig)
+    assert_reads_well(fig)
+    (ax,) = fig.axes
+    cells = {tuple(p.get_facecolor()) for p in ax.patches}
+    keys = {tuple(h.get_facecolor()) for h in fig.legends[0].legend_handles}
+    assert len(cells) == 3 and cells <= keys and len(keys) == 3
+    texts = [t.get_text() for t in ax.texts]
+    assert not any("unasked" in t for t in texts)
+    assert len(texts) == len(rows)
+    assert any("no backend at all" in t for t in texts) and any("vLLM picks: FLASH_ATTN" in t for t in texts)
+    assert "no backend at all" in " ".join(legend_texts(fig))
+
+
+def test_acceptance_by_position_shows_coinciding_runs_and_the_reference(drawn, walkthrough, reference):
+    runs = [FLASH_ATTN, "step 2 FLASHINFER draft", "step 3 FLASHINFER draft"]
+    fig = figures.acceptance_by_position(walkthrough, runs, reference=reference)
+    drawn(fig)
+    assert_reads_well(fig)
+    (ax,) = fig.axes
+    assert ax.get_title() and ax.get_xlabel().startswith("draft position") and "share of drafts" in ax.get_ylabel()
+    assert len(ax.lines) == len(runs) + 2
+    run_lines, reference_lines = ax.lines[:len(runs)], ax.lines[len(runs):]
+    assert len({(line.get_marker(), line.get_linestyle()) for line in run_lines}) == len(runs)
+    assert [line.get_linestyle() for line in reference_lines] == ["--", "--"]
+    for line, key in zip(reference_lines, ("noncausal", "causal")):
+        assert list(line.get_ydata()) == reference["per_position_acceptance"][key]
+    texts = legend_texts(fig)
+    assert any(t.startswith("reference decoder, non-causal") for t in texts)
+    assert any(t.startswith("reference decoder, causal") for t in texts)
+    step3 = next(t for t in texts if t.startswith("step 3"))
+    difference = max(abs(a - b) for a, b in zip(walkthrough[runs[0]]["per_position_acceptance"],
+                                                 walkthrough[runs[2]]["per_position_acceptance"]))
+    assert f"lies on {FLASH_ATTN}: max difference {difference:.3f}" in step3
+    assert not any("lies on" in t for t in texts if t.startswith("step 2"))
+
+
+def test_acceptance_by_position_takes_a_title_and_names_runs_with_nothing_to_draw(drawn, walkthrough):
+    fig = figures.acceptance_by_position(walkthrough, [FLASH_ATTN, "step 0 FLASHINFER draft"], title="Two runs")
+    drawn(fig)
+    assert_reads_well(fig)
+    assert fig.axes[0].get_title() == "Two runs" and len(fig.axes[0].lines) == 1
+    assert any("step 0" in t and "ValueError" in t for t in legend_texts(fig))
+
+
+def test_tau_by_step_keeps_every_run_and_says_why_a_run_has_no_tau(drawn, walkthrough, reference):
+    fig = figures.tau_by_step(walkthrough, reference, EAGER_RUNS)
+    drawn(fig)
+    assert_reads_well(fig)
+    (ax,) = fig.axes
+    assert len(ax.get_xticks()) == len(EAGER_RUNS)
+    assert len([t for t in ax.get_xticklabels() if t.get_text()]) == len(EAGER_RUNS)
+    texts = [t.get_text() for t in ax.texts]
+    failed = [walkthrough[label] for label in EAGER_RUNS if walkthrough[label].get("tau") is None]
+    assert len(failed) == 2 and all(not r["ok"] for r in failed)
+    for record in failed:
+        assert any(record["error"]["type"] in t and record["error"]["phase"] in t for t in texts)
+    taus = [walkthrough[label]["tau"] for label in EAGER_RUNS if walkthrough[label].get("tau") is not None]
+    assert len(ax.patches) == len(taus)
+    assert all(f"{tau:.2f}" in texts for tau in taus)
+
+
+def test_kernel_times_show_both_kv_dtypes_and_six_distinct_kernels(drawn):
+    from dflash_fi.bench.results import latest_results
+
+    kernels = latest_results("kernels")
+    fig = figures.kernel_times(kernels)
+    drawn(fig)
+    assert_reads_well(fig)
+    assert fig.get_suptitle()
+    kv_dtypes, contexts = ("bf16", "fp8-e4m3"), sorted({r["context"] for r in kernels["rows"]})
+    assert len(fig.axes) == len(kv_dtypes) * len(contexts)
+    for kv in kv_dtypes:
+        assert sum(ax.get_title().startswith(f"{kv} KV") for ax in fig.axes) == len(contexts)
+    styles = {(line.get_marker(), line.get_linestyle()) for ax in fig.axes for line in ax.lines}
+    assert len(styles) == 6 and len(fig.legends[0].get_texts()) == 6
+    fp8 = [ax for ax in fig.axes if ax.get_title().startswith("fp8-e4m3")]
+    assert all("no point: flashinfer-fa3" in ax.get_title() and len(ax.lines) == 5 for ax in fp8)
+
+
+def test_the_benchmark_figures_still_write(tmp_path):
+    from dflash_fi.bench.results import latest_results
+
+    from dflash_fi.bench.turns import latest_turns
+    from dflash_fi.errors import NoRecord
+
+    try:
+        turns = latest_turns()
+    except NoRecord:
+        turns = None
+    paths = figures.write_benchmark_figures(latest_results("kernels"), turns, tmp_path)
+    assert [p.name for p in paths] == ["bench-kernels.svg"] + (["bench-e2e.svg", "bench-draft-step.svg"] if turns else [])
+    assert all(p.parent == tmp_path and p.read_text().lstrip().startswith("<?xml") for p in paths)
+    plt.close("all")
+
+
+def test_no_two_series_share_a_style():
+    styles = figures.style.series_styles(32)
+    assert len({(s["marker"], s["linestyle"]) for s in styles}) == 32
