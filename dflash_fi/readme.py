@@ -23,6 +23,22 @@ def _embedded_heads() -> tuple[int, int]:
     return config["num_attention_heads"], config["num_key_value_heads"]
 
 
+def _walkthrough_sources(records: dict) -> str:
+    """Where the table's run is written down whole, and the near-tie margin its checks used."""
+    from dflash_fi.evidence.ledger import RUNS_DIR, gpu_slug
+    from dflash_fi.evidence.near_ties import committed_margin
+
+    first = next(iter(records.values()))
+    output = RUNS_DIR / f"{gpu_slug(first['gpu'])}.walkthrough-{first['spec']['extra']['walkthrough_id']}.txt"
+    margin = committed_margin()
+    lines = []
+    if output.is_file():
+        lines.append(f"That run's whole output, with its checks: `runs/{output.name}`.")
+    if margin:
+        lines.append(f"Near-tie margin: {margin['margin']:.3f} nats (`runs/{margin['file']}`).")
+    return ("\n\n" + " ".join(lines)) if lines else ""
+
+
 def _engine_blocks(kernels: dict) -> dict[str, str]:
     from dflash_fi.bench.e2e import EMBEDDED, SHAPE_MODEL
     from dflash_fi.bench.turns import build_table, latest_turns, targets_table, turns_table
@@ -54,7 +70,7 @@ def blocks() -> dict[str, str]:
     kernels = latest_results("kernels")
     mixed = render_mixed_table(records) if any("mixed" in r for r in records.values()) else "(not recorded)"
     return {
-        "walkthrough-table": f"<!-- {provenance} -->\n{render_table(records)}",
+        "walkthrough-table": f"<!-- {provenance} -->\n{render_table(records)}{_walkthrough_sources(records)}",
         "mixed-table": mixed,
         "kernel-summary": (f"{kernels['gpu']} (SM {kernels['compute_capability']}), `runs/{kernels['parts'][-1]['file']}` "
                            f"(commit {kernels['git_commit'][:10]}); device-to-device copy {kernels['copy_GBps']:.0f} GB/s "

@@ -25,6 +25,7 @@ class PrefillWrapperDouble:
         self.fixed_batch_size = len(qo_indptr_buf) - 1 if use_cuda_graph else None
         self.plans: list[dict] = []
         self._causal = None
+        self._kv_lens_buffer = torch.zeros(32768, dtype=torch.int32)  # as FlashInfer allocates it
 
     def plan(self, qo_indptr=None, *args, causal: bool = False, **kwargs):
         if self.use_cuda_graph and len(qo_indptr) - 1 != self.fixed_batch_size:  # as FlashInfer refuses it

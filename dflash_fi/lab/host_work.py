@@ -54,6 +54,7 @@ def draft_build_reads_gpu_lengths(step: int, capability=HOPPER) -> dict:
                 : num_reqs + 1].tolist(),
             "kernel_last_page_len": getattr(wrapper, "_paged_kv_last_page_len_buf",
                                             builder.paged_kv_last_page_len.gpu)[:num_reqs].tolist(),
+            "kernel_kv_lens": wrapper._kv_lens_buffer[:num_reqs].tolist(),
             "exact_seq_lens": cad.seq_lens.tolist(),
             "upper_bounds": cad.seq_lens_cpu_upper_bound.tolist(),
             "max_token_per_sequence": wrapper.plans[-1].get("max_token_per_sequence"),

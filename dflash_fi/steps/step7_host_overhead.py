@@ -307,12 +307,15 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
                     )
                     if plan_from_bounds:
                         # plan() copied the bounds to the GPU; run() reads the exact
-                        # page table instead.
+                        # page table (and lengths) instead.
                         prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
                             : num_reqs + 1
                         ]
                         prefill_wrapper._paged_kv_last_page_len_buf = (
                             self.paged_kv_last_page_len.gpu[:num_reqs]
+                        )
+                        prefill_wrapper._kv_lens_buffer[:num_reqs].copy_(
+                            seq_lens[:num_reqs], non_blocking=True
                         )
                 attn_metadata.prefill = FIPrefill(wrapper=prefill_wrapper)
 ''',

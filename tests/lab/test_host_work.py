@@ -27,6 +27,7 @@ def test_a_draft_build_plans_from_host_bounds_and_leaves_the_exact_page_table_to
     assert after["kernel_indptr"][1:] == list(accumulate(pages(exact)))
     assert after["kernel_indptr"] == before["kernel_indptr"] and after["kernel_last_page_len"] == before["kernel_last_page_len"]
     assert after["kernel_last_page_len"] == [(n - 1) % KV_PAGE_SIZE + 1 for n in exact]
+    assert after["kernel_kv_lens"] == exact
     assert after["max_token_per_sequence"] == DRAFT_BLOCK_SIZE and before["max_token_per_sequence"] is None
 
 
