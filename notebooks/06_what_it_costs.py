@@ -68,7 +68,8 @@ show("| | step 6 | step 7 |\n|---|---|---|\n" + "\n".join(
         ("page offsets plan() schedules from", "planned_indptr"),
         ("page offsets the kernel reads (GPU)", "kernel_indptr"),
         ("last-page lengths the kernel reads (GPU)", "kernel_last_page_len"),
-        ("query length told to plan()", "max_token_per_sequence"))))
+        ("query length told to plan()", "max_token_per_sequence"),
+        ("KV not split into chunks (disable_split_kv)", "disable_split_kv"))))
 print(f"What to see: step 7 plans from the bounds {lengths[7]['upper_bounds']} (exact lengths "
       f"{lengths[7]['exact_seq_lens']}, known only on the GPU) and copies nothing; the kernel still reads exactly "
       "step 6's page table. The GPU test `test_step7_plans_from_host_bounds...` runs both plans and compares.")

@@ -58,4 +58,5 @@ def draft_build_reads_gpu_lengths(step: int, capability=HOPPER) -> dict:
             "exact_seq_lens": cad.seq_lens.tolist(),
             "upper_bounds": cad.seq_lens_cpu_upper_bound.tolist(),
             "max_token_per_sequence": wrapper.plans[-1].get("max_token_per_sequence"),
+            "disable_split_kv": wrapper.plans[-1].get("disable_split_kv"),
         }

@@ -10,7 +10,10 @@ on the host where the FLASH_ATTN draft pays almost nothing (`dflash-fi bench e2e
   non-causal batch without host lengths plans from the bound: `plan()` only schedules work from the lengths
   it is given, and the kernel reads each request's exact length from the page-table buffers on the GPU
   (`paged_kv_indptr`, `paged_kv_last_page_len`), which the builder now fills on the GPU from `seq_lens`.
-  A bound at most one page too long gives a chunk the kernel finds empty, never a page it reads.
+  Such a batch does not split a request's KV into chunks: the kernel sizes its partial outputs from the
+  exact length and the merge would follow the bound's chunks (measured on the GPU: with split KV, a bound
+  one page over a chunk boundary gave wrong attention; `tests/gpu`). A draft block is 16 queries per request,
+  so the batches that lose split KV are the smallest with the longest contexts.
 - **A build nobody reads.** The model runner builds metadata for every attention group on every step.
   With a FLASH_ATTN target, DFlash's FlashInfer draft layers form a group of their own, so each target step
   planned FlashInfer for layers that only ever run on the drafter's own (non-causal) builds. A builder
@@ -299,7 +302,10 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
                 attn_metadata.prefill = FIPrefill(wrapper=prefill_wrapper)
 ''',
         new='''                        fixed_split_size=self.prefill_fixed_split_size,
-                        disable_split_kv=self.disable_split_kv,
+                        # A bound can add a KV chunk that the exact length lacks, and the
+                        # kernel lays out its partial outputs by the exact length: planned
+                        # from bounds, each request's KV is not split.
+                        disable_split_kv=self.disable_split_kv or plan_from_bounds,
                         # Known on the host for a draft block; spares plan() a max().
                         max_token_per_sequence=(
                             None if causal else common_attn_metadata.max_query_len

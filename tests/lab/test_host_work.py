@@ -29,6 +29,7 @@ def test_a_draft_build_plans_from_host_bounds_and_leaves_the_exact_page_table_to
     assert after["kernel_last_page_len"] == [(n - 1) % KV_PAGE_SIZE + 1 for n in exact]
     assert after["kernel_kv_lens"] == exact
     assert after["max_token_per_sequence"] == DRAFT_BLOCK_SIZE and before["max_token_per_sequence"] is None
+    assert after["disable_split_kv"] is True and before["disable_split_kv"] is False
 
 
 def test_a_batch_with_host_lengths_still_plans_from_them():
