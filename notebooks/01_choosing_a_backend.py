@@ -82,7 +82,7 @@ selector_grid(matrix);
 # %%
 rescued = {f"SM {r['capability']} + {r['kv_cache_dtype']} KV": r["auto_backend"] for r in matrix
            if r["step"] == 1 and f"SM {r['capability']} + {r['kv_cache_dtype']} KV" in stranded}
-print(f"What to see: every cell turns green at step 1; where step 0 left the draft with nothing, vLLM now picks "
+print("What to see: every cell turns green at step 1; where step 0 left the draft with nothing, vLLM now picks "
       + ", ".join(f"{b} ({cell})" for cell, b in rescued.items()) + "; elsewhere its first choice stays FLASH_ATTN.")
 
 # %% [markdown]
@@ -145,7 +145,7 @@ import textwrap
 
 error = records[P.RTX4090_STOCK].get("error") or {}
 print(textwrap.fill(f"{error.get('type')}: {error.get('message', '').strip()}", 110))
-print(f"\nWhat to see: on an H200, with only its FlashAttention version forced to 2 and an FP8 cache, vLLM 0.22.1 "
+print("\nWhat to see: on an H200, with only its FlashAttention version forced to 2 and an FP8 cache, vLLM 0.22.1 "
       "refuses the draft exactly as it would on an RTX 4090. What still differs from a real 4090: the silicon is "
       "SM 9.0 (vLLM's capability checks see 9.0, not 8.9), FlashInfer picks its own kernels for SM 9.0, and there "
       "is far more memory.")

@@ -18,3 +18,6 @@ from dflash_fi.figures.benchmarks import FIGURES_DIR, draft_step_time, e2e_pairs
 
 MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.bench", "dflash_fi.evidence", "dflash_fi.vocabulary",
               "dflash_fi.lab")
+
+__all__ = ["FIGURES_DIR", "acceptance_by_position", "block_masks", "draft_step_time", "e2e_pairs", "kernel_times",
+           "selector_grid", "tau_by_step", "write_benchmark_figures"]

@@ -7,9 +7,9 @@
     batches.py       the draft and target batches routed       routing.py  what build() does with them
     graphs.py        what each step claims about CUDA graphs, and the mode vLLM's runner resolves
 
-May import: dflash_fi.steps, dflash_fi.plugin, dflash_fi.models, dflash_fi.vocabulary, dflash_fi.errors,
-dflash_fi.stack.
+May import: dflash_fi.steps, dflash_fi.plugin, dflash_fi.models, dflash_fi.reference (the reference attention),
+dflash_fi.vocabulary, dflash_fi.errors, dflash_fi.stack.
 """
 
-MAY_IMPORT = ("dflash_fi.steps", "dflash_fi.plugin", "dflash_fi.models", "dflash_fi.vocabulary",
+MAY_IMPORT = ("dflash_fi.steps", "dflash_fi.plugin", "dflash_fi.models", "dflash_fi.reference", "dflash_fi.vocabulary",
               "dflash_fi.errors", "dflash_fi.stack")

@@ -70,39 +70,15 @@ def test_step6_graph_wrapper_replays_a_new_plan(causal):
 @pytest.mark.step7
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
 def test_step7_plans_from_host_bounds_and_computes_what_exact_lengths_give(kv_cache_dtype):
-    """A draft batch planned from upper bounds on its lengths (no copy from the GPU) runs the very attention that
-    planning from the exact lengths runs, and the reference's: short contexts whose bound crosses a page, and
-    long ones that FlashInfer splits into KV chunks, where a bound can add a chunk the kernel finds empty."""
-    from dataclasses import replace
+    """A draft batch planned from upper bounds on its lengths (no copy from the GPU) runs the attention that planning
+    from the exact lengths runs, and the reference's: short contexts whose bound crosses a page, and long ones that
+    FlashInfer would split into KV chunks (planned from a bound, step 7 does not split them)."""
+    from dflash_fi.lab.host_work import BOUND_BATCHES, bound_planning_errors
 
-    from vllm.config import set_current_vllm_config
-
-    from dflash_fi.lab.routing import RoutingLab
-
-    torch.manual_seed(0)
-    batches = (Batch("short", (DRAFT_BLOCK_SIZE,) * 4, (37, 90, 150, 301), False, (3, 15, 0, 9)),
-               Batch("long", (DRAFT_BLOCK_SIZE,) * 2, (4000, 8174), False, (15, 15)),
-               Batch("one", (DRAFT_BLOCK_SIZE,), (2047,), False, (15,)))
-    with RoutingLab(7, kv_cache_dtype=kv_cache_dtype, on_gpu=True) as lab:
-        builder, _, config = lab.builders["draft"]
-        hq, hkv, d = builder.num_qo_heads, builder.num_kv_heads, builder.head_dim
-        for batch in batches:
-            bounded = common_metadata(batch, device="cuda", first_page=3)
-            num_pages = 3 + int(bounded.block_table_tensor.max()) + 8
-            kv = torch.randn(num_pages, 2, KV_PAGE_SIZE, hkv, d, dtype=torch.bfloat16, device="cuda")
-            if kv_cache_dtype == "fp8":
-                kv = kv.to(torch.float8_e4m3fn)
-            q = torch.randn(sum(batch.query_lens), hq, d, dtype=torch.bfloat16, device="cuda")
-            with set_current_vllm_config(config):
-                md = builder.build(0, bounded)
-                assert bounded._seq_lens_cpu is None  # nothing was copied from the GPU
-                from_bounds = md.prefill.wrapper.run(q, kv).clone()
-                exact = replace(bounded, _seq_lens_cpu=bounded.seq_lens.cpu())
-                from_exact = builder.build(0, exact).prefill.wrapper.run(q, kv).clone()
-            ref = paged_attention_reference(q, kv.float(), bounded.block_table_tensor, exact._seq_lens_cpu,
-                                            bounded.query_start_loc_cpu, causal=False)
-            torch.testing.assert_close(from_bounds.float(), from_exact.float(), atol=1e-2, rtol=1e-2)
-            torch.testing.assert_close(from_bounds.float(), ref.float(), atol=2e-2, rtol=2e-2)
+    rows = bound_planning_errors(kv_cache_dtype)
+    assert len(rows) == len(BOUND_BATCHES) and not any(r["copied_from_gpu"] for r in rows)
+    for r in rows:  # outputs are ~1e-2 here: rounding differs by ~1e-3, a misplaced chunk by ~3e-2
+        assert r["bounds_vs_exact"] < 5e-3 and r["bounds_vs_reference"] <= 2 * r["exact_vs_reference"] + 1e-3, r
 
 
 @pytest.mark.skipif(not os.environ.get("DFLASH_FI_TEST_WALKTHROUGH"),
