@@ -1,9 +1,10 @@
 """The benchmarks: what the draft's attention costs, kernel by kernel and engine by engine.
 
     kernels.py  `dflash-fi bench kernels`: non-causal paged attention at DFlash shapes, every kernel
-    e2e.py      `dflash-fi bench e2e`: whole engines, eager and with CUDA graphs, at batch 1, 8 and 32
+    e2e.py      `dflash-fi bench e2e`: whole engines with CUDA graphs, taking turns in rounds
+    results.py  the kernel results files and their summaries    turns.py  the engine rounds, in pairs, and the targets
 
-Both write one JSON results file (committed under runs/ when run with --record) that README, notebook 05
+Both write one JSON results file (committed under runs/ when run with --record) that README, notebook 06
 and `dflash_fi.figures` read. Timings live in these files only: no test times anything.
 
 May import: dflash_fi.engine, dflash_fi.reference, dflash_fi.steps, dflash_fi.models, dflash_fi.logs,

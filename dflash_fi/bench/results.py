@@ -18,9 +18,8 @@ ROW_KEYS = {"kernels": ("kernel", "kv_dtype", "batch", "context", "num_qo_heads"
 
 
 def latest_results(kind: str) -> dict:
-    """The `runs/*.bench-<kind>*.json` files of the GPU that ran last, read together: `bench e2e` run in parts
-    (`--kv-cache-dtype`, `--only`) writes a file per part, and a rerun writes a new file (runs/ is
-    append-only). Where two files measured the same thing, the later one's row is kept. `parts` says where
+    """The `runs/*.bench-<kind>*.json` files of the GPU that ran last, read together: a rerun writes a new file
+    (runs/ is append-only), and where two files measured the same thing, the later one's row is kept. `parts` says where
     each kept row came from; every row carries its file in `part`."""
     files = sorted(RUNS_DIR.glob(f"*.bench-{kind}*.json"))
     if not files:
