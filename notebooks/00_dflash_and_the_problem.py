@@ -28,7 +28,7 @@
 # why the problem matters most on an RTX 4090, and which numbers you will meet in the notebooks after it.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import check, setup, show
+from dflash_fi.notebook import check, setup, show, verdict
 
 session = setup("00_dflash_and_the_problem")
 
@@ -73,7 +73,7 @@ import torch
 
 masks = {mode: block_attention_mask(torch.tensor([[8]]), 8, mode)[0] for mode in (NON_CAUSAL, CAUSAL)}
 block_keys = {mode: m[:, 8:].sum(1).tolist() for mode, m in masks.items()}
-print(f"What to see: with non-causal attention every block query sees all {block_keys[NON_CAUSAL][0]} block "
+verdict(f"with non-causal attention every block query sees all {block_keys[NON_CAUSAL][0]} block "
       f"tokens; with causal attention the anchor sees {block_keys[CAUSAL][0]} (itself) and mask 1 sees "
       f"{block_keys[CAUSAL][1]}: the drafts that matter most are made nearly blind.")
 
@@ -99,7 +99,7 @@ print(f"{reference['n_prompts']} held-out prompts x {reference['n_new_tokens']} 
 print(f"  tau with non-causal block attention: {reference['tau_noncausal']:.3f}")
 print(f"  tau with causal block attention:     {reference['tau_causal']:.3f}")
 print(f"  speculative output == greedy output on {reference['lossless_fraction']:.0%} of prompts")
-print(f"What to see: a backend that silently plans the draft causal costs "
+verdict(f"a backend that silently plans the draft causal costs "
       f"{reference['tau_noncausal'] - reference['tau_causal']:.2f} tokens per target forward "
       f"({1 - reference['tau_causal'] / reference['tau_noncausal']:.0%} fewer tokens per target forward), "
       "and changes no output: only tau can tell.")
@@ -124,7 +124,7 @@ by_reason = {}
 for v in stock_4090_fp8:
     for reason in v["reasons"]:
         by_reason.setdefault(reason, []).append(v["backend"])
-print(f"What to see: all {len(refused)} backends refuse: " + "; ".join(
+verdict(f"all {len(refused)} backends refuse: " + "; ".join(
     f"{reason}: {', '.join(backends)}" for reason, backends in by_reason.items()) + ".")
 
 # %% [markdown]
@@ -140,7 +140,7 @@ from dflash_fi.notebook import step_map
 from dflash_fi.steps import PR_43081_STEPS, STEPS
 
 show(step_map())
-print(f"What to see: steps {PR_43081_STEPS[0]}-{PR_43081_STEPS[-1]} are PR #43081; steps "
+verdict(f"steps {PR_43081_STEPS[0]}-{PR_43081_STEPS[-1]} are PR #43081; steps "
       f"{PR_43081_STEPS[-1] + 1}-{STEPS[-1]} go where upstream went next and past it. Each row's hunks are the whole "
       "change of that step, applied to vLLM 0.22.1's own flashinfer.py.")
 
@@ -154,21 +154,28 @@ print(f"What to see: steps {PR_43081_STEPS[0]}-{PR_43081_STEPS[-1]} are PR #4308
 # %%
 from dflash_fi.bench.e2e import BATCH1_PROMPTS, NEW_TOKENS, SHAPE_BATCH1_PROMPTS
 from dflash_fi.evidence.near_ties import committed_margin
+from dflash_fi.engine.workloads import MIXED_MAX_NUM_SEQS, MIXED_MAX_TOKENS, MIXED_PROMPT_BYTES, MIXED_REQUESTS
 from dflash_fi.notebook import LIVE_NEW_TOKENS, LIVE_PROMPTS
 
 show("| where | prompts x new tokens | what runs |\n|---|---|---|\n"
      f"| this notebook's reference decoder | 6 x 64 | pure PyTorch, fp32 (CPU, and the GPU cell below) |\n"
      f"| live cells of notebooks 1-6 | {LIVE_PROMPTS} x {LIVE_NEW_TOKENS} | small vLLM engines on the GPU, and the "
      "reference decoder on the same prompts |\n"
-     "| the walkthrough (`dflash-fi walkthrough`; the check cells without a GPU) | 32 x 128, and a mixed workload | "
-     "every step's engine, committed under `runs/` |\n"
+     "| the walkthrough (`dflash-fi walkthrough`; the check cells without a GPU) | 32 x 128, and the mixed workload "
+     "below | every step's engine, committed under `runs/` |\n"
      f"| the engine benchmark | batch 1: {BATCH1_PROMPTS} prompts decoded alone, then 8 and 32 together, x "
      f"{NEW_TOKENS} | engines in turns (notebook 6); the Qwen3-4B shape: {SHAPE_BATCH1_PROMPTS} prompts |")
+verdict(f"the *mixed workload* is {MIXED_REQUESTS} requests with prompts cut to {min(MIXED_PROMPT_BYTES)}-"
+        f"{max(MIXED_PROMPT_BYTES)} bytes and max_tokens from {min(MIXED_MAX_TOKENS)} to {max(MIXED_MAX_TOKENS)}, more "
+        f"than the engine's max_num_seqs ({MIXED_MAX_NUM_SEQS}): prompts are prefilled beside running decodes and "
+        "batches change shape, which equal prompts with equal max_tokens never do. Live cells use a small prompt set "
+        "because starting an engine costs more than decoding it.")
 
 # %% [markdown]
 # **tau differs between prompt sets** (held-out source files differ in how predictable they are), **and between
 # engines of one configuration**: a bf16 near-tie in the draft flips with the engine's memory settings. The
-# committed measurement of that, two engines of each of two steps:
+# committed measurement of that (`runs/nvidia-h200.engine-variation.json`): engines of two steps, the walkthroughs'
+# own and repeats started with other memory settings, all on the same 32 prompts:
 
 # %%
 from dflash_fi.evidence.ledger import RUNS_DIR
@@ -178,10 +185,13 @@ taus = {}
 for run in variation:
     taus.setdefault(run["step"], []).append(run["tau"])
 spread = max((max(t) - min(t)) / min(t) for t in taus.values())
-print(f"{len(variation)} engines: tau " + "; ".join(f"step {s}: {min(t):.3f} to {max(t):.3f}" for s, t in taus.items())
+print(f"{len(variation)} engines: tau " + "; ".join(f"step {s} ({len(t)} engines): {min(t):.3f} to {max(t):.3f}"
+                                                     for s, t in taus.items())
       + f"; output tokens identical in all: {len({r['tokens_sha256'] for r in variation}) == 1}")
-print(f"What to see: tau moves by up to {spread:.2%} between engines of one step while the output does not. "
-      "Checks therefore compare tau within 1% and outputs by tokens.")
+verdict(f"tau moves by up to {spread:.2%} between engines of one step while the output does not. Checks therefore "
+        "compare tau within 1% and outputs by tokens. Larger differences, between notebooks or rows, come from other "
+        "prompt sets, or from a configuration that changes the target's own numbers (its backend, an FP8 cache): "
+        "greedy text that parts at a near-tie is then drafted and accepted differently from there on.")
 
 # %% [markdown]
 # **Outputs can part from plain decoding, and be right.** Verification runs the target's prefill kernels on
@@ -189,18 +199,27 @@ print(f"What to see: tau moves by up to {spread:.2%} between engines of one step
 # in different orders. Where the target's two best candidates are nearly tied, the choice can flip, and the
 # outputs part from there on. A broken kernel parts them anywhere. So an identity check looks at the first
 # position where an output parts from its baseline and asks the baseline's top-2 gap there to be within a
-# *near-tie margin*, measured from pairs of correct engines and committed (`dflash-fi near-ties --record`):
+# *near-tie margin*, measured from pairs of correct engines and committed (`dflash-fi near-ties --record`).
+#
+# Words used from here on: the **top-2 gap** at a position is the target's logprob of its best candidate minus that
+# of its second best, in **nats** (natural-log units: a gap of 0.69 means the best candidate is twice as likely as
+# the second, 0 an exact tie). Engines record the gap wherever it is under 1 nat. A parting is at a **near-tie** when
+# the gap there is within the margin, and at a **confident token** when it is larger (or not recorded, so at least
+# 1 nat): no rounding difference explains that.
 
 # %%
+import textwrap
+
 margin = committed_margin()
 if margin is None:
     print("no near-tie margin is committed yet: run `dflash-fi near-ties --record` on a GPU")
 else:
     pairs = ", ".join(f"{p['run']!r} vs {p['baseline']!r} ({p['workload']}: {len(p['parted'])} of {p['requests']})"
                       for p in margin["pairs"])
-    print(f"{margin['file']}: correct pairs parted {margin['partings']} times ({pairs}); largest top-2 gap at a parting "
-          f"{margin['largest_gap']:.3f} nats, {margin['partings_at_confident_tokens']} at a confident token")
-    print(f"What to see: the near-tie margin is {margin['margin']:.3f} nats ({margin['rule']}); a parting at a "
+    print(textwrap.fill(f"{margin['file']}: correct pairs parted {margin['partings']} times ({pairs}); largest top-2 "
+                        f"gap at a parting {margin['largest_gap']:.3f} nats, {margin['partings_at_confident_tokens']} "
+                        "at a confident token", 110))
+    verdict(f"the near-tie margin is {margin['margin']:.3f} nats ({margin['rule']}); a parting at a "
           "larger gap fails a check, whatever share of outputs is identical.")
 
 # %% [markdown]
@@ -214,7 +233,7 @@ first, others = (evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=4
                  for i, j in ((0, 1), (1, 4)))
 print(f"prompt 0 ({load_prompts(n=1)[0].strip()[:40]!r}...): tau {first['tau_noncausal']:.2f}; prompts 1-3: "
       f"{others['tau_noncausal']:.2f}")
-print(f"What to see: one prompt alone gives {first['tau_noncausal'] / others['tau_noncausal']:.1f}x the tau of "
+verdict(f"one prompt alone gives {first['tau_noncausal'] / others['tau_noncausal']:.1f}x the tau of "
       "the next three: a batch-1 number from it alone would describe the prompt, not the engine.")
 
 # %% [markdown]

@@ -30,7 +30,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_diff, show_engines
+from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
 session = setup("01_choosing_a_backend")
 
@@ -66,7 +66,7 @@ from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
 show(verdict_table(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL)))
 matrix = [r for r in selector_matrix(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL)) if r["role"] == "draft"]
 stranded = [f"SM {r['capability']} + {r['kv_cache_dtype']} KV" for r in matrix if r["step"] == 0 and r["auto_backend"] is None]
-print(f"What to see: at step 0 FLASHINFER says 'non-causal attention not supported' in all "
+verdict(f"at step 0 FLASHINFER says 'non-causal attention not supported' in all "
       f"{sum(r['step'] == 0 for r in matrix)} columns, and {len(stranded)} leave the draft with no backend at all "
       f"({', '.join(stranded)}); at step 1 FLASHINFER is ok in every column.")
 
@@ -80,10 +80,19 @@ from dflash_fi.figures import selector_grid
 selector_grid(matrix);
 
 # %%
-rescued = {f"SM {r['capability']} + {r['kv_cache_dtype']} KV": r["auto_backend"] for r in matrix
-           if r["step"] == 1 and f"SM {r['capability']} + {r['kv_cache_dtype']} KV" in stranded}
-print("What to see: every cell turns green at step 1; where step 0 left the draft with nothing, vLLM now picks "
-      + ", ".join(f"{b} ({cell})" for cell, b in rescued.items()) + "; elsewhere its first choice stays FLASH_ATTN.")
+def column(row):
+    return f"SM {row['capability']} + {row['kv_cache_dtype']} KV"
+
+
+picks = {(r["step"], column(r)): r["auto_backend"] for r in matrix}
+rescued = {cell: picks[1, cell] for cell in stranded}
+changed = {cell: (picks[0, cell], picks[1, cell]) for step, cell in picks
+           if step == 1 and cell not in stranded and picks[0, cell] != picks[1, cell]}
+verdict("every cell turns green at step 1; where step 0 left the draft with nothing, vLLM now picks "
+        + ", ".join(f"{b} ({cell})" for cell, b in rescued.items()) + ". The flag also changes a pick where a "
+        "backend existed, wherever FLASHINFER stands before FLASH_ATTN in the GPU's priority list: "
+        + (", ".join(f"{cell} from {a} to {b}" for cell, (a, b) in changed.items()) or "nowhere here")
+        + ". Elsewhere the first choice stays what it was.")
 
 # %% [markdown]
 # ## Step 1: one method
@@ -145,7 +154,7 @@ import textwrap
 
 error = records[P.RTX4090_STOCK].get("error") or {}
 print(textwrap.fill(f"{error.get('type')}: {error.get('message', '').strip()}", 110))
-print("\nWhat to see: on an H200, with only its FlashAttention version forced to 2 and an FP8 cache, vLLM 0.22.1 "
+verdict("on an H200, with only its FlashAttention version forced to 2 and an FP8 cache, vLLM 0.22.1 "
       "refuses the draft exactly as it would on an RTX 4090. What still differs from a real 4090: the silicon is "
       "SM 9.0 (vLLM's capability checks see 9.0, not 8.9), FlashInfer picks its own kernels for SM 9.0, and there "
       "is far more memory.")

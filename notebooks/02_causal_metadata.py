@@ -29,7 +29,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_diff, show_engines
+from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
 session = setup("02_causal_metadata")
 
@@ -67,7 +67,7 @@ from dflash_fi.vocabulary import BLACKWELL
 
 show(routing_table(steps=(1, 2)))
 step1, step2 = (routing_report(s)["batches"][0] for s in (1, 2))
-print(f"What to see: the draft's routing is the same at both steps ({step2['num_prefills']} prefill requests, "
+verdict(f"the draft's routing is the same at both steps ({step2['num_prefills']} prefill requests, "
       f"plan causal={step2['plan_causal']}); what changes is metadata.causal ({step1['metadata_causal']} -> "
       f"{step2['metadata_causal']}), and with it DFlash's check ({step1['dflash_check'].split(':')[0]} -> "
       f"{step2['dflash_check']}). Target batches do not move.")
@@ -78,9 +78,9 @@ print(f"What to see: the draft's routing is the same at both steps ({step2['num_
 
 # %%
 show(routing_table(steps=(1, 2), capability=BLACKWELL, trtllm=True))
-stock_blackwell, step2_blackwell = (routing_report(s, trtllm=True)["batches"][0] for s in (1, 2))
-print(f"What to see: on Blackwell step 1 sends the draft to {stock_blackwell['decode']} "
-      f"({stock_blackwell['num_decodes']} decode requests); step 2 makes them {step2_blackwell['num_prefills']} "
+step1_blackwell, step2_blackwell = (routing_report(s, trtllm=True)["batches"][0] for s in (1, 2))
+verdict(f"on Blackwell step 1 sends the draft to {step1_blackwell['decode']} "
+      f"({step1_blackwell['num_decodes']} decode requests); step 2 makes them {step2_blackwell['num_prefills']} "
       f"prefill requests, on {step2_blackwell['prefill']}: still causal, which step 4 fixes.")
 
 # %% [markdown]
@@ -119,7 +119,7 @@ def mean_distance(a, b):
 
 
 ref = reference["per_position_acceptance"]
-print(f"What to see: step 2 is {mean_distance(s2, ref['causal']):.3f} from the reference's causal curve on average "
+verdict(f"step 2 is {mean_distance(s2, ref['causal']):.3f} from the reference's causal curve on average "
       f"and {mean_distance(s2, ref['noncausal']):.3f} from its non-causal one; the FLASH_ATTN draft "
       f"{mean_distance(fa, ref['noncausal']):.3f} from the non-causal one. At the first position step 2 accepts "
       f"{s2[0]:.2f} of drafts against {fa[0]:.2f}.")
@@ -128,8 +128,8 @@ print(f"What to see: step 2 is {mean_distance(s2, ref['causal']):.3f} from the r
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
-check("on Blackwell, stock sends the draft to TRTLLM decode; step 2 to prefill",
-      stock_blackwell["decode"] == "TRTLLM decode" and step2_blackwell["num_decodes"] == 0)
+check("on Blackwell, step 1 sends the draft to TRTLLM decode; step 2 to prefill",
+      step1_blackwell["decode"] == "TRTLLM decode" and step2_blackwell["num_decodes"] == 0)
 check("step 2's draft metadata says causal=False and DFlash's check passes",
       step2["metadata_causal"] is False and step2["dflash_check"] == "pass")
 check("step 2 still plans the draft causal (the silent bug)", step2["plan_causal"] is True)

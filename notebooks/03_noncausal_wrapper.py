@@ -29,7 +29,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_diff, show_engines
+from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
 session = setup("03_noncausal_wrapper")
 
@@ -46,7 +46,7 @@ from dflash_fi.lab.routing import routing_report, routing_table
 
 show(routing_table(steps=(2, 3)))
 draft, target = (routing_report(3)["batches"][i] for i in (0, 3))
-print(f"What to see: only the draft rows change, to '{draft['prefill']}' planned causal={draft['plan_causal']}; "
+verdict(f"only the draft rows change, to '{draft['prefill']}' planned causal={draft['plan_causal']}; "
       f"the target's prompts stay on '{target['prefill']}', planned causal={target['plan_causal']}.")
 
 # %% [markdown]
@@ -93,8 +93,9 @@ print("caller's metadata, the builder's page-table buffers and its wrappers unto
 # ## The kernel itself, against the reference
 #
 # On the GPU, FlashInfer's real non-causal paged prefill on DFlash-shaped batches (16 queries per request,
-# pages of 16 scattered through the cache), with FA2 (all an RTX 4090 has) and with `auto` (FA3 on SM 9.0),
-# bf16 and fp8-e4m3 KV, against `dflash_fi.reference.paged_attention` in fp32 on the same inputs. The last
+# pages of 16 scattered through the cache), with FA2 (all an RTX 4090 has) and with `auto` (FlashInfer's own
+# choice, which PR #43081's wrapper leaves it), bf16 and fp8-e4m3 KV, against `dflash_fi.reference.paged_attention`
+# in fp32 on the same inputs. The column "kernel run" is the kernel FlashInfer actually dispatched. The last
 # column is how far the *causal* reference is from the kernel's output: what step 2 got wrong.
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -105,8 +106,11 @@ if session.gpu_cell():
     show(error_table(errors_by_kernel))
     worst = max(r["max_abs_err"] for r in errors_by_kernel)
     nearest_causal = min(r["distance_to_causal"] for r in errors_by_kernel)
-    print(f"What to see: every kernel is within {worst:.1e} of the non-causal reference and at least "
-          f"{nearest_causal:.1e} from the causal one; the bound between them is {ERROR_BOUND}.")
+    auto_ran = {r["kv_dtype"]: r["ran"] for r in errors_by_kernel if r["backend"] == "auto"}
+    verdict(f"every kernel is within {worst:.1e} of the non-causal reference and at least {nearest_causal:.1e} from "
+            f"the causal one; the bound between them is {ERROR_BOUND}. Left to choose, FlashInfer ran "
+            + ", ".join(f"{kernel} for {kv}" for kv, kernel in auto_ran.items())
+            + f" KV on {session.gpu.name}: its FA3 kernel has no form for bf16 queries over an FP8 cache.")
     check("FlashInfer's non-causal prefill matches the non-causal reference, not the causal one",
           worst < ERROR_BOUND < nearest_causal, f"{len(errors_by_kernel)} kernels")
 
@@ -131,7 +135,7 @@ from dflash_fi.figures import acceptance_by_position
 acceptance_by_position(records, live_labels[1:], title="Step 3 plans the draft non-causal: acceptance per position",
                        reference=reference);
 fa, s2, s3 = (records[label]["per_position_acceptance"] for label in live_labels[1:])
-print(f"What to see: step 3 lies on the FLASH_ATTN draft (largest difference "
+verdict(f"step 3 lies on the FLASH_ATTN draft (largest difference "
       f"{max(abs(a - b) for a, b in zip(fa, s3)):.3f} over 15 positions), step 2 well below "
       f"({s2[0]:.2f} against {s3[0]:.2f} at the first position).")
 

@@ -28,9 +28,40 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_diff, show_engines
+from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
 session = setup("05_what_upstream_did_next")
+
+# %% [markdown]
+# ## The names: what a builder claims, what an engine runs
+#
+# A metadata builder answers `get_cudagraph_support()` with an `AttentionCGSupport`: which batches a *full* CUDA
+# graph of its attention may hold. The engine's `CUDAGraphMode` says, for uniform decode batches and for all other
+# batches, whether a step replays a full graph (attention captured too), a *piecewise* one (the kernels between
+# attention calls captured, attention run eagerly between them), or runs eagerly. Both lists come from vLLM
+# 0.22.1's own enums:
+
+# %%
+from vllm.config.compilation import CUDAGraphMode
+from vllm.v1.attention.backend import AttentionCGSupport
+
+FULL_GRAPH_HOLDS = {  # an AttentionCGSupport claim: the batches a full graph of this backend may hold
+    "ALWAYS": "any batch, prefills and decodes mixed",
+    "UNIFORM_BATCH": "batches whose requests all have the same query length, such as a verify step (1 + 15 each)",
+    "UNIFORM_SINGLE_TOKEN_DECODE": "plain decode batches only (one query token per request)",
+    "NEVER": "no batch: attention always runs eagerly",
+}
+RUNTIME = {"NONE": "eager", "PIECEWISE": "piecewise graph", "FULL": "full graph"}
+
+show("| `AttentionCGSupport` | a full graph may hold |\n|---|---|\n" + "\n".join(
+    f"| `{claim.name}` | {FULL_GRAPH_HOLDS[claim.name]} |" for claim in AttentionCGSupport))
+show("| `CUDAGraphMode` | uniform decode batches | other batches |\n|---|---|---|\n" + "\n".join(
+    f"| `{mode.name}` | {RUNTIME[mode.decode_mode().name]} | {RUNTIME[mode.mixed_mode().name]} |"
+    for mode in CUDAGraphMode))
+verdict(f"vLLM's default mode, {CUDAGraphMode.FULL_AND_PIECEWISE.name}, replays full graphs of uniform decode "
+        "batches, which with speculative decoding are verify steps of 16 tokens per request. A backend that can "
+        f"hold only {AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE.name} batches in a full graph cannot hold "
+        "those, so the engine falls back to piecewise graphs: the table below shows when.")
 
 # %% [markdown]
 # ## What each step claims about CUDA graphs, and what the engine resolves
@@ -50,7 +81,7 @@ claims = [cudagraph_claims(step, capability, trtllm) for step in (4, 5, 6, FINAL
           for capability, trtllm in ((HOPPER, False), (BLACKWELL, True))]
 show(format_claims(claims))
 by_step = {(c["step"], c["capability"]): c for c in claims}
-print(f"What to see: on SM 9.0 step 4 and step 5 claim {by_step[4, '9.0']['flashinfer_claim']}, and the engine "
+verdict(f"on SM 9.0 step 4 and step 5 claim {by_step[4, '9.0']['flashinfer_claim']}, and the engine "
       f"resolves {by_step[4, '9.0']['resolved_mode']}: a FlashInfer draft costs the whole engine its full graphs. On "
       f"SM 10.0 step 4 claims {by_step[4, '10.0']['flashinfer_claim_draft_config']} even for the draft's config, "
       f"which step 5 corrects to {by_step[5, '10.0']['flashinfer_claim_draft_config']}. Steps 6 and {FINAL_STEP} "
@@ -70,8 +101,8 @@ for c in claims:
 # wrong claim never bites here; it does in later vLLM, whose drafters honour their own backend's claim.)
 #
 # Step 5 also sets the draft's kernel to FA2: PR #43081's non-causal wrapper lets FlashInfer choose (`auto`: FA3
-# on SM 9.0); for 16-query blocks FA2 is the faster kernel there (notebook 6 measures it), and FlashInfer's FA3
-# has no kernel for the bf16 queries vLLM keeps on an FP8 cache.
+# on SM 9.0 for a bf16 cache, notebook 3); for 16-query blocks FA2 is the faster kernel there (notebook 6
+# measures it), and FlashInfer's FA3 has no kernel for the bf16 queries vLLM keeps on an FP8 cache.
 
 # %%
 from dflash_fi.steps import hunk_diff
@@ -105,7 +136,7 @@ print(source)
 for label in live_labels[:3]:
     print(f"  {label:<40} resolved {records[label].get('cudagraph_mode')}")
 checks = session.check(records, reference, ("CUDA graphs", "step 5"))
-print(f"What to see: the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].get('cudagraph_mode')}, step 4's "
+verdict(f"the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].get('cudagraph_mode')}, step 4's "
       f"FlashInfer draft turns the same engine {records[P.STEP4_GRAPHS].get('cudagraph_mode')}, as the table above "
       "predicted from vLLM's own resolution code.")
 
@@ -118,6 +149,9 @@ check("step 4 on SM 9.0 resolves PIECEWISE, step 6 FULL_AND_PIECEWISE",
 check("step 4 claims UNIFORM_BATCH for the draft's config on Blackwell; step 5 (#48167) does not",
       by_step[4, "10.0"]["flashinfer_claim_draft_config"] == "UNIFORM_BATCH"
       and by_step[5, "10.0"]["flashinfer_claim_draft_config"] == "UNIFORM_SINGLE_TOKEN_DECODE")
+check("the glossary names every AttentionCGSupport claim and CUDAGraphMode of vLLM 0.22.1",
+      set(FULL_GRAPH_HOLDS) == {c.name for c in AttentionCGSupport}
+      and {m.decode_mode().name for m in CUDAGraphMode} | {m.mixed_mode().name for m in CUDAGraphMode} <= set(RUNTIME))
 check("step 5's draft kernel is FA2", "NON_CAUSAL_PREFILL_BACKEND = \"fa2\"" in hunk_diff(5))
 check(f"the walkthrough's {len(checks)} checks for graph modes and step 5 pass",
       len(checks) == 2 and all(c.passed for c in checks), source.split(":")[0])

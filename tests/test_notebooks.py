@@ -70,7 +70,8 @@ def test_a_changed_cell_makes_the_recorded_execution_stale():
 
 
 def test_every_figure_and_table_is_followed_by_a_verdict():
-    """A cell that draws a picture or shows a table prints 'What to see' there or in the cell right after it."""
+    """A cell that draws a picture or shows a table calls `verdict()` ("What to see: ...") there or in the cell
+    right after it."""
     for script in PAIRS:
         cells = [c for c in jupytext.read(script).cells]
         for i, cell in enumerate(cells):
@@ -79,7 +80,7 @@ def test_every_figure_and_table_is_followed_by_a_verdict():
                 "e2e_pairs(", "draft_step_time(", "routing_table(", "turns_table(", "kernel_pivot_table("))
             if draws:
                 window = "".join(c.source for c in cells[i:i + 2] if c.cell_type == "code")
-                assert "What to see" in window, f"{script.name}: cell {i} draws without a verdict"
+                assert "verdict(" in window, f"{script.name}: cell {i} draws without a verdict"
 
 
 def test_pictures_in_at_least_four_notebooks():

@@ -30,7 +30,7 @@ def block_masks(num_context: int = 8):
     anchor = torch.tensor([[num_context]])
     colormap = ListedColormap([MASKED_OUT, COLORS["accepted"]])
     for ax, mode, title in ((axes[0], NON_CAUSAL, "non-causal (what DFlash is trained for)"),
-                            (axes[1], CAUSAL, "causal (what step 2 computes)")):
+                            (axes[1], CAUSAL, "causal (what a backend that ignores the flag computes)")):
         mask = block_attention_mask(anchor, num_context, mode)[0].int()
         ax.imshow(mask, cmap=colormap, vmin=0, vmax=1, aspect="auto")
         ax.axvline(num_context - 0.5, color="black", lw=1.5)

@@ -106,7 +106,7 @@ def e2e_pairs(turns: dict):
         handles["target"] = ax.axhline(target, color="black", linestyle="--", linewidth=1)
         ax.axhline(1.0, color="#999999", linewidth=0.8)
         ax.set_xticks(range(len(sizes)), [str(b) for b in sizes])
-        ax.set_xlabel("batch (requests decoded together; batch 1: the median of prompts decoded alone)")
+        ax.set_xlabel("batch: requests decoded together\n(batch 1: the median of prompts decoded alone)", fontsize=9)
         ax.set_ylabel("FlashInfer / FLASH_ATTN draft, " + ("tokens/s" if metric == "tokens_per_s" else "step time"))
         ax.set_title(f"{model}: " + ("higher is better" if metric == "tokens_per_s" else "lower is better"),
                      fontsize=10)

@@ -14,11 +14,25 @@ from dflash_fi.reference.tokenizer import prompt_ids
 from dflash_fi.reference.weights import load_pair
 
 
+# The pair's matrices are small: on the CPU more threads than this only contend with engines on the same host.
+REFERENCE_CPU_THREADS = 4
+
+
 @torch.inference_mode()
 def evaluate_pair(
     target_dir: Path, drafter_dir: Path, prompts: list[str], new_tokens: int, device: str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> dict:
+    threads = torch.get_num_threads()
+    if device == "cpu":
+        torch.set_num_threads(min(threads, REFERENCE_CPU_THREADS))
+    try:
+        return _evaluate_pair(target_dir, drafter_dir, prompts, new_tokens, device, dtype)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _evaluate_pair(target_dir, drafter_dir, prompts, new_tokens, device, dtype) -> dict:
     t0 = time.time()
     target, drafter = load_pair(target_dir, drafter_dir, dtype=dtype, device=device)
     ids = [prompt_ids(p) for p in prompts]
@@ -37,6 +51,7 @@ def evaluate_pair(
             "noncausal": per_position_acceptance(results[NON_CAUSAL]),
             "causal": per_position_acceptance(results[CAUSAL]),
         },
+        "per_prompt_noncausal": [{"drafts": r.num_drafts, "accepted": r.num_accepted} for r in results[NON_CAUSAL]],
         "lossless_fraction": 1 - len(differing) / len(prompts),
         "differing_prompts": differing,
         "n_prompts": len(prompts),
