@@ -2,8 +2,9 @@
 
 A notebook's live cells run small engines on the GPU (several at once where the GPU has room) and check
 them with the walkthrough's own check functions and tolerances, against a reference-decoder run on the
-same prompts. On a machine without a GPU the same check cells run on the last walkthrough committed under
-runs/, and say so. A live cell prints only what every GPU prints alike (outcomes, in the notebook's order);
+same prompts. The engines start in the background in the first cell (`setup(name, live=labels)`), while the
+notebook's CPU cells run, and the live cell collects them. On a machine without a GPU the same check cells run
+on the last walkthrough committed under runs/, and say so. A live cell prints only what every GPU prints alike (outcomes, in the notebook's order);
 numbers that move from engine to engine go to cells tagged `nbval-ignore-output`. Nothing here runs at import.
 """
 
@@ -23,6 +24,7 @@ class Session:
     log_file: object = None
     live: dict = field(default_factory=dict)  # label -> record, from this notebook's own GPU runs
     live_reference: dict | None = None
+    _pending: dict = field(default_factory=dict, repr=False)  # labels -> Future of (records, reference)
 
     @property
     def on_gpu(self) -> bool:
@@ -34,33 +36,47 @@ class Session:
             print("no CUDA GPU here: this cell's GPU part is skipped")
         return self.on_gpu
 
-    def run_live(self, labels: list[str]) -> dict | None:
-        """Run the walkthrough's rows `labels` here, on this GPU, small; None (and a note) without a GPU.
-        Prints one line per run, in the order given: its outcome, and whether that is the expected one."""
+    def start_live(self, labels: list[str]) -> None:
+        """Start the engines of the walkthrough's rows `labels`, and the reference decoder on their prompts, now and
+        in the background: an engine takes most of a minute to start, which the notebook's CPU cells can use.
+        `run_live(labels)` collects them. Nothing without a GPU."""
+        if self.on_gpu and tuple(labels) not in self._pending:
+            pool = ThreadPoolExecutor(1, thread_name_prefix=f"dflash-fi-{self.name}")
+            self._pending[tuple(labels)] = pool.submit(self._run_engines, list(labels))
+            pool.shutdown(wait=False)  # the run goes on; the future holds its result
+
+    def _run_engines(self, labels: list[str]) -> tuple[dict, dict]:
         from dflash_fi.engine.pool import run_engines, share_gpus
         from dflash_fi.evidence.plan import expected_to_fail, live_spec
         from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
         from dflash_fi.reference.evaluate import evaluate_pair
 
+        specs = [live_spec(label, LIVE_PROMPTS, LIVE_NEW_TOKENS) for label in labels]
+        with ThreadPoolExecutor(1) as pool:  # the reference decodes on this GPU while the engines start
+            reference = pool.submit(evaluate_pair, DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=LIVE_PROMPTS),
+                                    LIVE_NEW_TOKENS, device="cuda")
+            records = run_engines(specs, share_gpus(specs), f"notebook {self.name}", expected_to_fail=expected_to_fail,
+                                  print_fn=lambda line: None)  # completion order and times differ from run to run
+            return records, reference.result()
+
+    def run_live(self, labels: list[str]) -> dict | None:
+        """The walkthrough's rows `labels`, run here, on this GPU, small (started by `start_live` or now), once they
+        have finished; None (and a note) without a GPU. Prints one line per run, in the order given: its outcome,
+        and whether that is the expected one."""
+        from dflash_fi.evidence.plan import expected_to_fail, live_spec
+
         if not self.on_gpu:
             print("no CUDA GPU here: nothing run live; the checks below use the committed records")
             return None
-        specs = [live_spec(label, LIVE_PROMPTS, LIVE_NEW_TOKENS) for label in labels]
-        with ThreadPoolExecutor(1) as pool:  # the reference decodes on this GPU while the engines start
-            reference = None if self.live_reference is not None else pool.submit(
-                evaluate_pair, DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=LIVE_PROMPTS), LIVE_NEW_TOKENS,
-                device="cuda")
-            records = run_engines(specs, share_gpus(specs), f"notebook {self.name}", expected_to_fail=expected_to_fail,
-                                  print_fn=lambda line: None)  # completion order and times differ from run to run
-            if reference is not None:
-                self.live_reference = reference.result()
+        self.start_live(labels)
+        records, self.live_reference = self._pending.pop(tuple(labels)).result()
         self.live.update(records)
-        for spec in specs:
-            record = records[spec.label]
+        for label in labels:
+            spec, record = live_spec(label, LIVE_PROMPTS, LIVE_NEW_TOKENS), records[label]
             expected = "fails" if expected_to_fail(spec) else "runs"
             seen = live_outcome(record)
             verdict = "as expected" if seen.startswith(expected) else f"UNEXPECTED (expected: {expected})"
-            print(f"{spec.label}: {seen}, {verdict}")
+            print(f"{label}: {seen}, {verdict}")
         return records
 
     def evidence(self, labels: list[str]) -> tuple[dict[str, dict], dict, str]:
@@ -98,8 +114,9 @@ def live_outcome(record: dict) -> str:
     return f"fails: {e.get('type')} at {e.get('phase')}"
 
 
-def setup(name: str) -> Session:
-    """The first cell: vLLM's log lines to a file, and what this notebook runs on."""
+def setup(name: str, live: list[str] | None = None) -> Session:
+    """The first cell: vLLM's log lines to a file, and what this notebook runs on; on a GPU, the engines of the
+    walkthrough's rows `live` start in the background (the notebook's section "On the GPU" shows and collects them)."""
     from dflash_fi.logs import quiet_vllm
     from dflash_fi.stack import cuda_gpu, git_commit, stack_report
 
@@ -110,7 +127,13 @@ def setup(name: str) -> Session:
     print(f"vllm {report.vllm}, flashinfer {report.flashinfer}, torch {report.torch}, python {report.python}, "
           f"commit {git_commit()}")
     print("vLLM's own log lines go to a file under artifacts/logs/ (dflash-fi's log directory), not into cells")
-    return Session(name=name, gpu=gpu)
+    session = Session(name=name, gpu=gpu)
+    if live:
+        session.start_live(live)
+        print(f"{len(live)} engines for the section 'On the GPU' " + (
+            "started in the background: starting one takes most of a minute" if gpu else
+            "not started: no GPU here, that section uses the committed records"))
+    return session
 
 
 def check(name: str, passed: bool, detail: str = "") -> None:

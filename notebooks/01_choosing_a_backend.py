@@ -32,7 +32,9 @@
 from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
-session = setup("01_choosing_a_backend")
+# The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
+live_labels = [P.FLASH_ATTN, P.step_label(0), P.step_label(1), P.RTX4090_STOCK]
+session = setup("01_choosing_a_backend", live=live_labels)
 
 # %%
 import inspect
@@ -126,11 +128,11 @@ for key in ("selection", "prefill", "plan_causal", "metadata_causal", "dflash_ch
 # Four engines on the embedded pair: DFlash with the FLASH_ATTN draft (the reference), with the stock
 # FLASHINFER draft (step 0), with step 1's, and the RTX 4090 case: an FP8 KV cache with vLLM's FlashAttention
 # forced to version 2 (all a 4090 has, which stores no FP8 KV), and the draft's backend left to the selector.
-# Each runs in its own process (vLLM's log lines go to a log file per engine); this is how each is started,
-# and the same arguments a script of yours would pass:
+# Each runs in its own process (vLLM's log lines go to a log file per engine). The first cell started them in the
+# background, since an engine takes most of a minute to start, and the cell after the calls below waits for them.
+# This is how each is started, with the same arguments a script of yours would pass:
 
 # %%
-live_labels = [P.FLASH_ATTN, P.step_label(0), P.step_label(1), P.RTX4090_STOCK]
 show_engines(live_labels)
 
 # %% tags=["gpu"]

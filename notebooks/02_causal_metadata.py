@@ -31,7 +31,9 @@
 from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
-session = setup("02_causal_metadata")
+# The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
+live_labels = [P.FLASH_ATTN, P.step_label(2)]
+session = setup("02_causal_metadata", live=live_labels)
 
 # %%
 import inspect
@@ -87,10 +89,10 @@ verdict(f"on Blackwell step 1 sends the draft to {step1_blackwell['decode']} "
 # DFlash's check passes now, but look at the draft's `plan causal=True`: the prefill wrapper is still planned
 # causal (and on Blackwell the prefill is TRTLLM's, causal too). This half-finished state **runs, and is
 # silently wrong**: every block token sees only the block tokens before it. The reference decoder says what
-# that costs, and vLLM on the GPU must agree. The engines:
+# that costs, and vLLM on the GPU must agree. The engines (the first cell started them in the background, since an
+# engine takes most of a minute to start; the cell after the calls below waits for them):
 
 # %%
-live_labels = [P.FLASH_ATTN, P.step_label(2)]
 show_engines(live_labels)
 
 # %% tags=["gpu"]

@@ -31,7 +31,9 @@
 from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
-session = setup("03_noncausal_wrapper")
+# The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
+live_labels = [P.NO_SPEC, P.FLASH_ATTN, P.step_label(2), P.step_label(3)]
+session = setup("03_noncausal_wrapper", live=live_labels)
 
 # %%
 from dflash_fi.steps import hunk_diff
@@ -116,9 +118,11 @@ if session.gpu_cell():
 
 # %% [markdown]
 # ## On the GPU: the first correct step
+#
+# No speculation, the FLASH_ATTN draft, and steps 2 and 3 (the first cell started them in the background, since an
+# engine takes most of a minute to start; the cell after the calls below waits for them):
 
 # %%
-live_labels = [P.NO_SPEC, P.FLASH_ATTN, P.step_label(2), P.step_label(3)]
 show_engines(live_labels)
 
 # %% tags=["gpu"]

@@ -28,7 +28,9 @@
 from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
-session = setup("04_trtllm_gating")
+# The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
+live_labels = [P.step_label(3), P.step_label(4), P.NO_SPEC_FP8, P.FP8, P.RTX4090_NO_SPEC, P.RTX4090_STEP4]
+session = setup("04_trtllm_gating", live=live_labels)
 
 # %%
 from dflash_fi.steps import hunk_diff
@@ -103,10 +105,10 @@ verdict(f"{len(changed)} of {len(stock_rows) - 2} backends changes, FlashInfer, 
 # above the midpoint of the reference's two predictions), and that the output equals plain decoding's with the
 # same FP8 cache. The RTX 4090 case is FlashAttention forced to version 2, an FP8 cache and the draft's backend
 # left to the selector: notebook 1 showed stock vLLM failing to start; step 4 runs, target and draft on
-# FlashInfer. The engines:
+# FlashInfer. The engines (the first cell started them in the background, since an engine takes most of a minute
+# to start; the cell after the calls below waits for them):
 
 # %%
-live_labels = [P.step_label(3), P.step_label(4), P.NO_SPEC_FP8, P.FP8, P.RTX4090_NO_SPEC, P.RTX4090_STEP4]
 show_engines(live_labels)
 
 # %% tags=["gpu"]

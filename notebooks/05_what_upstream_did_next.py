@@ -30,7 +30,9 @@
 from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
 
-session = setup("05_what_upstream_did_next")
+# The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
+live_labels = [P.NO_SPEC_GRAPHS, P.FLASH_ATTN_GRAPHS, P.STEP4_GRAPHS, P.step_label(4), P.step_label(5)]
+session = setup("05_what_upstream_did_next", live=live_labels)
 
 # %% [markdown]
 # ## The names: what a builder claims, what an engine runs
@@ -121,10 +123,11 @@ show_diff(hunk_diff(5))
 # ## On the GPU: what the engine resolves, live
 #
 # Three engines with vLLM's default compilation and CUDA graphs (no speculation, the FLASH_ATTN draft, step 4's
-# FlashInfer draft) and two without graphs (steps 4 and 5, to see that step 5's kernel changes no output):
+# FlashInfer draft) and two without graphs (steps 4 and 5, to see that step 5's kernel changes no output). The first
+# cell started them in the background, since an engine takes most of a minute to start; the cell after the calls
+# below waits for them:
 
 # %%
-live_labels = [P.NO_SPEC_GRAPHS, P.FLASH_ATTN_GRAPHS, P.STEP4_GRAPHS, P.step_label(4), P.step_label(5)]
 show_engines(live_labels)
 
 # %% tags=["gpu"]

@@ -88,3 +88,32 @@ def test_pictures_in_at_least_four_notebooks():
                                                   for c in code_cells(nbformat.read(p.with_suffix(".ipynb"), 4))
                                                   for o in c.outputs)]
     assert len(with_pictures) >= 4, with_pictures
+
+
+def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch, capsys):
+    """On a GPU, setup's `live` labels start the engines at once; the live cell collects that run instead of
+    starting a second one. Engines and the GPU reference decoder are doubles here (both need a GPU); the same
+    path runs for real whenever the notebooks are executed on the GPU machine."""
+    from dflash_fi import notebook
+    from dflash_fi.evidence import plan as P
+
+    started = []
+
+    def engines_double(specs, gpus, command, **kwargs):
+        started.append([spec.label for spec in specs])
+        return {spec.label: {"ok": spec.label != P.step_label(0), "error": {"type": "ValueError", "phase": "selection"}}
+                for spec in specs}
+
+    monkeypatch.setattr("dflash_fi.engine.pool.run_engines", engines_double)
+    monkeypatch.setattr("dflash_fi.engine.pool.share_gpus", lambda specs: ["0"])
+    monkeypatch.setattr("dflash_fi.reference.evaluate.evaluate_pair", lambda *args, **kwargs: {"tau_noncausal": 4.0})
+    labels = [P.FLASH_ATTN, P.step_label(0)]
+    session = notebook.Session(name="test", gpu=object())
+    session.start_live(labels)
+    records = session.run_live(labels)
+    assert started == [labels] and list(records) == labels and session.live_reference == {"tau_noncausal": 4.0}
+    assert capsys.readouterr().out.splitlines() == [f"{P.FLASH_ATTN}: runs, as expected",
+                                                    f"{P.step_label(0)}: fails: ValueError at selection, as expected"]
+    without_gpu = notebook.Session(name="test")
+    without_gpu.start_live(labels)
+    assert without_gpu.run_live(labels) is None and started == [labels]
