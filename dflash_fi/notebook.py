@@ -4,8 +4,9 @@ A notebook's live cells run small engines on the GPU (several at once where the 
 them with the walkthrough's own check functions and tolerances, against a reference-decoder run on the
 same prompts. The engines start in the background in the first cell (`setup(name, live=labels)`), while the
 notebook's CPU cells run, and the live cell collects them. On a machine without a GPU the same check cells run
-on the last walkthrough committed under runs/, and say so. A live cell prints only what every GPU prints alike (outcomes, in the notebook's order);
-numbers that move from engine to engine go to cells tagged `nbval-ignore-output`. Nothing here runs at import.
+on the last walkthrough committed under runs/, and say so. A live cell prints only what every GPU prints alike
+(outcomes, in the notebook's order); numbers that move from engine to engine go to cells tagged
+`nbval-ignore-output`. Nothing here runs at import.
 """
 
 from __future__ import annotations
