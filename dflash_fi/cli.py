@@ -28,8 +28,10 @@ def _sm(value: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dflash_fi.models import (CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, DEFAULT_DRAFTER, DEFAULT_PROMPTS,
-                                  DEFAULT_TARGET)
+    from dflash_fi.bench.e2e import ROUNDS
+    from dflash_fi.models import (CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, DEFAULT_DRAFTER, DEFAULT_NEW_TOKENS,
+                                  DEFAULT_NUM_PROMPTS, DEFAULT_PROMPTS, DEFAULT_TARGET)
+    from dflash_fi.runs import SCRATCH_DIR
     from dflash_fi.steps import FINAL_STEP, STEPS
     from dflash_fi.vocabulary import DRAFT_BACKENDS, KV_CACHE_DTYPES
 
@@ -50,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = command("train", commands.train, "train the embedded target + DFlash drafter pair")
-    p.add_argument("--out", default="dflash_fi/models", help="output directory (default: the embedded pair)")
+    p.add_argument("--out", default=str(SCRATCH_DIR / "models"),
+                   help="output directory (default: artifacts/models; the shipped pair is dflash_fi/models, and "
+                        "replacing it takes --force)")
+    p.add_argument("--force", action="store_true", help="replace a pair that --out already holds (its training.json)")
     p.add_argument("--smoke", action="store_true", help="seconds on a CPU: every stage, nothing useful")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -80,8 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default=str(DEFAULT_TARGET), help="local dir or hub id, e.g. Qwen/Qwen3-4B")
     p.add_argument("--drafter", default=str(DEFAULT_DRAFTER), help="e.g. z-lab/Qwen3-4B-DFlash-b16")
     p.add_argument("--prompts-file", default=str(DEFAULT_PROMPTS))
-    p.add_argument("--prompts", type=_positive, default=32)
-    p.add_argument("--max-new-tokens", type=_positive, default=128)
+    p.add_argument("--prompts", type=_positive, default=DEFAULT_NUM_PROMPTS)
+    p.add_argument("--max-new-tokens", type=_positive, default=DEFAULT_NEW_TOKENS)
     p.add_argument("--cuda-graphs", action="store_true", help="vLLM's default compilation and graphs (default: eager)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.4, help="raise for real models, e.g. 0.85")
     p.add_argument("--num-gpu-blocks", type=_positive, default=None,
@@ -110,18 +115,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = command("walkthrough", commands.walkthrough, "the main job: every step, run and checked (GPU parts when a GPU exists)")
-    p.add_argument("--prompts", type=_positive, default=32)
-    p.add_argument("--max-new-tokens", type=_positive, default=128)
+    p.add_argument("--prompts", type=_positive, default=DEFAULT_NUM_PROMPTS)
+    p.add_argument("--max-new-tokens", type=_positive, default=DEFAULT_NEW_TOKENS)
 
     p = command("bench", commands.bench, "benchmarks on the GPU: kernels, or whole engines in turns (e2e)")
     p.add_argument("what", choices=["kernels", "e2e"])
     p.add_argument("--quick", action="store_true", help="a few shapes (kernels) or fewer tokens (e2e), to try it")
     p.add_argument("--models", default="all", choices=["all", "embedded", "shape"],
                    help="e2e: the embedded pair, the Qwen3-4B shape, or both (default)")
-    p.add_argument("--rounds", type=_positive, default=4, help="e2e: rounds of every engine in turn (default 4)")
+    p.add_argument("--rounds", type=_positive, default=ROUNDS,
+                   help=f"e2e: rounds of every engine in turn, the first a warm-up (default {ROUNDS})")
     p.add_argument("--record", action="store_true",
                    help="write runs/<gpu>.bench-kernels|turns-<commit>.json (committed evidence)")
-    p.add_argument("--out", default=None, help="results file (default: artifacts/bench/, or runs/ with --record)")
+    p.add_argument("--out", default=None, help="results file (default: artifacts/results/, or runs/ with --record)")
+
+    p = command("profile", commands.profile, "where the draft's metadata builds spend host time, step by step (GPU)")
+    p.add_argument("--record", action="store_true", help="write runs/<gpu>.build-profile-<commit>.json")
+    p.add_argument("--out", default=None, help="results file (default: artifacts/results/, or runs/ with --record)")
 
     p = command("near-ties", commands.near_ties,
                 "measure the near-tie margin: where correct engines' greedy outputs part (GPU)")

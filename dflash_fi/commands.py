@@ -27,14 +27,21 @@ def train(args) -> int:
     if args.target_from and not Path(args.target_from, "target", "config.json").is_file():
         raise MissingModelFiles(f"--target-from {args.target_from} holds no target/config.json (give the directory "
                                 "of an earlier `dflash-fi train`, e.g. dflash_fi/models)")
-    train(Path(args.out), smoke=args.smoke, device=args.device, overrides=overrides,
-          target_from=args.target_from and Path(args.target_from), command=shlex.join(["dflash-fi", *sys.argv[1:]]))
+    report = train(Path(args.out), smoke=args.smoke, device=args.device, overrides=overrides,
+                   target_from=args.target_from and Path(args.target_from),
+                   command=shlex.join(["dflash-fi", *sys.argv[1:]]), force=args.force)
+    print(f"trained pair in {args.out}: tau non-causal {report['evaluation']['tau_noncausal']:.3f}, causal "
+          f"{report['evaluation']['tau_causal']:.3f}")
     return 0
 
 
 def reference(args) -> int:
     from dflash_fi.models import check_model_dir, load_prompts
     from dflash_fi.reference.evaluate import evaluate_pair
+    from dflash_fi.stack import require_gpu
+
+    if args.device == "cuda":
+        require_gpu("dflash-fi reference --device cuda")
 
     prompts = load_prompts(Path(args.prompts_file), args.prompts)
     result = evaluate_pair(Path(check_model_dir("target", args.target)), Path(check_model_dir("drafter", args.drafter)),
@@ -53,32 +60,40 @@ def reference(args) -> int:
 
 
 def run(args) -> int:
-    from dflash_fi.engine.runner import outcome, run as run_engine
+    from dflash_fi.engine.identity import Pair, RunId, label
+    from dflash_fi.engine.records import outcome
+    from dflash_fi.engine.runner import run as run_engine
     from dflash_fi.engine.spec import RunSpec
-    from dflash_fi.evidence.ledger import append_record, ledger_path
     from dflash_fi.logs import tail
+    from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET
+    from dflash_fi.runs import Runs
     from dflash_fi.stack import require_gpu
 
+    embedded = (args.target, args.drafter) == (str(DEFAULT_TARGET), str(DEFAULT_DRAFTER))
+    run_id = RunId(step=args.step, speculative=args.speculative,
+                   draft_backend=None if args.draft_backend == "selector" else args.draft_backend,
+                   target_backend=args.target_backend, kv_cache_dtype=args.kv_cache_dtype,
+                   flash_attn_version=args.flash_attn_version, cuda_graphs=args.cuda_graphs,
+                   pair=Pair.EMBEDDED if embedded else Pair.CUSTOM)
     spec = RunSpec(
-        label=args.label or f"step{args.step}-{args.draft_backend}-{args.kv_cache_dtype}"
-        + ("" if args.speculative else "-nospec") + ("-graphs" if args.cuda_graphs else ""),
-        step=args.step, draft_backend=None if args.draft_backend == "selector" else args.draft_backend,
-        target_backend=args.target_backend, kv_cache_dtype=args.kv_cache_dtype,
-        flash_attn_version=args.flash_attn_version, speculative=args.speculative, target=args.target,
-        drafter=args.drafter, prompts_file=args.prompts_file, num_prompts=args.prompts,
-        max_new_tokens=args.max_new_tokens, workloads=tuple(args.workload or ("uniform",)),
-        cuda_graphs=args.cuda_graphs, gpu_memory_utilization=args.gpu_memory_utilization,
-        num_gpu_blocks=args.num_gpu_blocks, max_num_seqs=args.max_num_seqs, logprobs=args.logprobs,
+        run=run_id, target=args.target, drafter=args.drafter, prompts_file=args.prompts_file,
+        num_prompts=args.prompts, max_new_tokens=args.max_new_tokens, workloads=tuple(args.workload or ("uniform",)),
+        gpu_memory_utilization=args.gpu_memory_utilization, num_gpu_blocks=args.num_gpu_blocks,
+        max_num_seqs=args.max_num_seqs, logprobs=args.logprobs,
     ).validate()
     gpu = require_gpu("dflash-fi run")
     record = run_engine(spec)
     if not args.no_ledger:
-        append_record(ledger_path(gpu.name), record)
-    shown = {k: v for k, v in record.items() if k not in ("tokens", "log_tail")}
+        Runs().append(gpu.name, record.to_json())
+    shown = record.to_json()
+    for generate in shown["generates"].values():
+        generate.pop("tokens", None)
+    shown["provenance"].pop("log_tail", None)
     print(json.dumps(shown, indent=None if args.json else 2))
-    print(f"{outcome(record)}; engine log: {record['log_file']}", file=sys.stderr)
-    if not record.get("ok"):
-        print(tail(Path(record["log_file"]), 10**6), file=sys.stderr)
+    print(f"{label(spec.run)}: {outcome(record, detail=True)}; engine log: {record.provenance.log_file}",
+          file=sys.stderr)
+    if not record.ok:
+        print(tail(Path(record.provenance.log_file), 10**6), file=sys.stderr)
     return 0
 
 
@@ -122,33 +137,42 @@ def walkthrough(args) -> int:
 
 
 def bench(args) -> int:
-    from dflash_fi.evidence.ledger import RUNS_DIR, gpu_slug
-    from dflash_fi.logs import LOG_DIR
+    from dflash_fi.runs import Kind, result_path, write_result
     from dflash_fi.stack import git_commit, require_gpu
 
     gpu = require_gpu(f"dflash-fi bench {args.what}")
-    kind = "kernels" if args.what == "kernels" else "turns"
-    name = f"{gpu_slug(gpu.name)}.bench-{kind}-{(git_commit() or 'unknown')[:7]}.json"
-    out = Path(args.out) if args.out else (RUNS_DIR if args.record else LOG_DIR.parent / "bench") / name
-    if args.record and out.exists():
-        from dflash_fi.errors import BadInput
-
-        raise BadInput(f"{out} is already recorded and runs/ is append-only: give --out for a new file")
-    from dflash_fi.bench import write_results
-
+    kind = Kind.BENCH_KERNELS if args.what == "kernels" else Kind.BENCH_TURNS
+    out = result_path(kind, gpu.name, (git_commit() or "unknown")[:7], args.record, args.out)
     if args.what == "kernels":
         from dflash_fi.bench.kernels import run_kernel_bench
 
         results = run_kernel_bench(quick=args.quick)
     else:
-        from dflash_fi.bench.e2e import EMBEDDED, SHAPE_MODEL, run_e2e_bench
-        from dflash_fi.bench.turns import turns_table
+        from dflash_fi.bench.e2e import run_e2e_bench
+        from dflash_fi.engine.identity import Pair
 
-        models = {"all": (EMBEDDED, SHAPE_MODEL), "embedded": (EMBEDDED,), "shape": (SHAPE_MODEL,)}[args.models]
-        results = run_e2e_bench(quick=args.quick, models=models, rounds=args.rounds)
-        for model in models:
-            print(f"\n{model}:\n{turns_table(results, model)}")
-    print(f"results: {write_results(results, out)}")
+        pairs = {"all": (Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), "embedded": (Pair.EMBEDDED,),
+                 "shape": (Pair.QWEN3_4B_SHAPE,)}[args.models]
+        results = run_e2e_bench(quick=args.quick, pairs=pairs, rounds=args.rounds)
+    print(f"results: {write_result(out, results, args.record)}")
+    if args.what == "e2e":
+        from dflash_fi.bench.turns import targets_table, turns_of, turns_table
+
+        turns = turns_of(results, out.name)
+        for pair in turns.pairs():
+            print(f"\n{pair.value}:\n{turns_table(turns, pair)}")
+        print(f"\n{targets_table(turns)}")
+    return 0
+
+
+def profile(args) -> int:
+    from dflash_fi.bench.profile import run_profiles
+    from dflash_fi.runs import Kind, result_path, write_result
+    from dflash_fi.stack import git_commit, require_gpu
+
+    gpu = require_gpu("dflash-fi profile")
+    out = result_path(Kind.BUILD_PROFILE, gpu.name, (git_commit() or "unknown")[:7], args.record, args.out)
+    print(f"results: {write_result(out, run_profiles(), args.record)}")
     return 0
 
 
@@ -160,11 +184,11 @@ def near_ties(args) -> int:
 
 
 def figures(args) -> int:
-    from dflash_fi.bench.results import latest_results
+    from dflash_fi.bench.results import latest_kernels
     from dflash_fi.bench.turns import latest_turns
     from dflash_fi.figures import write_benchmark_figures
 
-    for path in write_benchmark_figures(latest_results("kernels"), latest_turns()):
+    for path in write_benchmark_figures(latest_kernels(), latest_turns()):
         print(path)
     return 0
 
@@ -176,13 +200,15 @@ def notebooks(args) -> int:
 
 
 def report(args) -> int:
-    from dflash_fi.readme import blocks, update_readme
+    from dflash_fi.readme import blocks, results_page, update_readme, write_results_page
 
     if args.update_readme:
         print("rewrote README.md blocks:", ", ".join(update_readme()))
+        print(f"wrote {write_results_page()}")
         return 0
     for name, body in blocks().items():
         print(f"<!-- {name} -->\n{body}\n<!-- /{name} -->\n")
+    print(results_page())
     return 0
 
 

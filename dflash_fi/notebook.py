@@ -23,9 +23,9 @@ class Session:
     name: str
     gpu: object = None
     log_file: object = None
-    live: dict = field(default_factory=dict)  # label -> record, from this notebook's own GPU runs
+    live: dict = field(default_factory=dict)  # RunId -> EngineRecord, from this notebook's own GPU runs
     live_reference: dict | None = None
-    _pending: dict = field(default_factory=dict, repr=False)  # labels -> Future of (records, reference)
+    _pending: dict = field(default_factory=dict, repr=False)  # runs -> Future of (records, reference)
 
     @property
     def on_gpu(self) -> bool:
@@ -37,68 +37,67 @@ class Session:
             print("no CUDA GPU here: this cell's GPU part is skipped")
         return self.on_gpu
 
-    def start_live(self, labels: list[str]) -> None:
-        """Start the engines of the walkthrough's rows `labels`, and the reference decoder on their prompts, now and
+    def start_live(self, runs: list) -> None:
+        """Start the engines of the walkthrough's `runs` (RunIds), and the reference decoder on their prompts, now and
         in the background: an engine takes most of a minute to start, which the notebook's CPU cells can use.
-        `run_live(labels)` collects them. Nothing without a GPU."""
-        if self.on_gpu and tuple(labels) not in self._pending:
+        `run_live(runs)` collects them. Nothing without a GPU."""
+        if self.on_gpu and tuple(runs) not in self._pending:
             pool = ThreadPoolExecutor(1, thread_name_prefix=f"dflash-fi-{self.name}")
-            self._pending[tuple(labels)] = pool.submit(self._run_engines, list(labels))
+            self._pending[tuple(runs)] = pool.submit(self._run_engines, list(runs))
             pool.shutdown(wait=False)  # the run goes on; the future holds its result
 
-    def _run_engines(self, labels: list[str]) -> tuple[dict, dict]:
+    def _run_engines(self, runs: list) -> tuple[dict, dict]:
         from dflash_fi.engine.pool import run_engines, share_gpus
         from dflash_fi.evidence.plan import expected_to_fail, live_spec
         from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
         from dflash_fi.reference.evaluate import evaluate_pair
 
-        specs = [live_spec(label, LIVE_PROMPTS, LIVE_NEW_TOKENS) for label in labels]
+        specs, slots = share_gpus([live_spec(run, LIVE_PROMPTS, LIVE_NEW_TOKENS) for run in runs])
         with ThreadPoolExecutor(1) as pool:  # the reference decodes on this GPU while the engines start
             reference = pool.submit(evaluate_pair, DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=LIVE_PROMPTS),
                                     LIVE_NEW_TOKENS, device="cuda")
-            records = run_engines(specs, share_gpus(specs), f"notebook {self.name}", expected_to_fail=expected_to_fail,
-                                  print_fn=lambda line: None)  # completion order and times differ from run to run
+            records = {r.run: r for r in run_engines(  # completion order and times differ from run to run: not printed
+                specs, slots, f"notebook {self.name}", expected_to_fail=expected_to_fail, print_fn=lambda line: None)}
             return records, reference.result()
 
-    def run_live(self, labels: list[str]) -> dict | None:
-        """The walkthrough's rows `labels`, run here, on this GPU, small (started by `start_live` or now), once they
-        have finished; None (and a note) without a GPU. Prints one line per run, in the order given: its outcome,
-        and whether that is the expected one."""
-        from dflash_fi.evidence.plan import expected_to_fail, live_spec
+    def run_live(self, runs: list) -> dict | None:
+        """The walkthrough's `runs`, run here, on this GPU, small (started by `start_live` or now), once they have
+        finished; None (and a note) without a GPU. Prints one line per run, in the order given: its outcome, and
+        whether that is the expected one."""
+        from dflash_fi.engine.identity import label
+        from dflash_fi.evidence.plan import expected_to_fail
 
         if not self.on_gpu:
             print("no CUDA GPU here: nothing run live; the checks below use the committed records")
             return None
-        self.start_live(labels)
-        records, self.live_reference = self._pending.pop(tuple(labels)).result()
+        self.start_live(runs)
+        records, self.live_reference = self._pending.pop(tuple(runs)).result()
         self.live.update(records)
-        for label in labels:
-            spec, record = live_spec(label, LIVE_PROMPTS, LIVE_NEW_TOKENS), records[label]
-            expected = "fails" if expected_to_fail(spec) else "runs"
+        for run in runs:
+            expected, record = not expected_to_fail(run), records[run]
             seen = live_outcome(record)
-            verdict = "as expected" if seen.startswith(expected) else f"UNEXPECTED (expected: {expected})"
-            print(f"{label}: {seen}, {verdict}")
+            verdict = "as expected" if record.ok == expected else f"UNEXPECTED (expected: {'runs' if expected else 'fails'})"
+            print(f"{label(run)}: {seen}, {verdict}")
         return records
 
-    def evidence(self, labels: list[str]) -> tuple[dict[str, dict], dict, str]:
-        """(records, reference, where they came from): this notebook's live runs, or the committed walkthrough."""
+    def evidence(self, runs: list) -> tuple[dict, dict, str]:
+        """(records by run, reference, where they came from): this notebook's live runs, or the committed walkthrough."""
         from dflash_fi.evidence.report import recorded_walkthrough
 
-        if self.live and all(label in self.live for label in labels):
-            return ({label: self.live[label] for label in labels}, self.live_reference,
+        if self.live and all(run in self.live for run in runs):
+            return ({run: self.live[run] for run in runs}, self.live_reference,
                     f"live, in this notebook, on {self.gpu.name} ({LIVE_PROMPTS} prompts x {LIVE_NEW_TOKENS} tokens)")
-        records, provenance = recorded_walkthrough()
-        reference = next(iter(records.values()))["spec"]["extra"]["reference"]
-        return ({label: records[label] for label in labels if label in records}, reference,
+        manifest, records, provenance = recorded_walkthrough()
+        return ({run: records[run] for run in runs if run in records}, manifest.reference,
                 f"committed records, not run here: {provenance}")
 
     def check(self, records: dict, reference: dict, names: tuple[str, ...]) -> list:
         """The walkthrough's checks whose names start with one of `names` and whose runs are all in `records`, on
         these records; one line each."""
-        from dflash_fi.evidence.checks import CHECKS, check_records
+        from dflash_fi.evidence.checks import check_records, checks
         from dflash_fi.evidence.near_ties import committed_margin
 
-        wanted = {c.name for c in CHECKS if c.name.startswith(names) and set(c.needs) <= set(records)}
+        wanted = {c.name for c in checks() if c.name.startswith(names) and set(c.needs) <= set(records)}
         checks = [c for c in check_records(records, reference, committed_margin()) if c.name in wanted]
         for c in checks:
             print(c.line())
@@ -107,17 +106,16 @@ class Session:
         return checks
 
 
-def live_outcome(record: dict) -> str:
+def live_outcome(record) -> str:
     """'runs' or 'fails: ValueError at selection': the part of an outcome every GPU shows alike."""
-    if record.get("ok"):
-        return "runs"
-    e = record.get("error") or {}
-    return f"fails: {e.get('type')} at {e.get('phase')}"
+    from dflash_fi.engine.records import outcome
+
+    return "runs" if record.ok else f"fails: {outcome(record)}"
 
 
-def setup(name: str, live: list[str] | None = None) -> Session:
+def setup(name: str, live: list | None = None) -> Session:
     """The first cell: vLLM's log lines to a file, and what this notebook runs on; on a GPU, the engines of the
-    walkthrough's rows `live` start in the background (the notebook's section "On the GPU" shows and collects them)."""
+    walkthrough's `live` runs start in the background (the notebook's section "On the GPU" shows and collects them)."""
     from dflash_fi.logs import quiet_vllm
     from dflash_fi.stack import cuda_gpu, git_commit, stack_report
 
@@ -163,13 +161,14 @@ def show_diff(diff: str) -> None:
     show(f"```diff\n{diff}```")
 
 
-def show_engines(labels: list[str]) -> None:
+def show_engines(runs: list) -> None:
     """The engines a live cell starts, as a reader would start each in a script of its own (one engine per
     process: the plugin reads DFLASH_FI_STEP when vLLM starts)."""
+    from dflash_fi.engine.identity import label
     from dflash_fi.engine.spec import engine_call
     from dflash_fi.evidence.plan import live_spec
 
-    blocks = [f"# {label}\n{engine_call(live_spec(label, LIVE_PROMPTS, LIVE_NEW_TOKENS))}" for label in labels]
+    blocks = [f"# {label(run)}\n{engine_call(live_spec(run, LIVE_PROMPTS, LIVE_NEW_TOKENS))}" for run in runs]
     show("```python\nimport os\nfrom vllm import LLM\n\n" + "\n\n".join(blocks) + "\n```")
 
 

@@ -1,7 +1,9 @@
-"""The README's generated blocks: what the committed records and results files say, never typed in.
+"""What README.md and docs/RESULTS.md say that is generated: never typed in, never read back.
 
-Each block sits between `<!-- NAME -->` and `<!-- /NAME -->` in README.md; `dflash-fi report --update-readme`
-rewrites them, and tests/test_readme.py checks that README.md holds exactly what they render to now.
+README.md holds generated blocks, each between `<!-- NAME -->` and `<!-- /NAME -->`: the step table (from the step
+modules), a short verdict of the results and the list of notebooks. docs/RESULTS.md is generated whole: every evidence table, from
+the files committed under runs/. `dflash-fi report --update-readme` rewrites both; tests/test_readme.py checks that
+they hold exactly what they render to now.
 """
 
 from __future__ import annotations
@@ -12,71 +14,134 @@ from pathlib import Path
 from dflash_fi.stack import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
+RESULTS = REPO_ROOT / "docs" / "RESULTS.md"
 
 
-def _embedded_heads() -> tuple[int, int]:
-    import json
+def step_table() -> str:
+    """Markdown: each step, what it changes (its module's title), its hunks, module, notebook and tests."""
+    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP
+    from dflash_fi.steps import STEP_MODULES, STEPS, step_module, step_title
 
-    from dflash_fi.models import DEFAULT_TARGET
+    lines = ["| step | what changes | hunks | module, diff | notebook | tests |", "|---|---|---|---|---|---|"]
+    for step in STEPS:
+        added = len(step_module(step).HUNKS) - (len(step_module(step - 1).HUNKS) if step else 0)
+        module = "dflash_fi/steps/" + STEP_MODULES[step].rsplit(".", 1)[1] + ".py"
+        diff = f", [`docs/steps/step{step}.diff`](docs/steps/step{step}.diff)" if step else ""
+        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {added} | `{module}`{diff} | "
+                     f"`notebooks/{NOTEBOOK_OF_STEP[step]}` | `pytest -m step{step}` |")
+    return "\n".join(lines)
 
-    config = json.loads((DEFAULT_TARGET / "config.json").read_text())
-    return config["num_attention_heads"], config["num_key_value_heads"]
 
+def notebook_list() -> str:
+    """Markdown: each notebook and its title (its first heading), in reading order."""
+    from dflash_fi.evidence.notebooks import NOTEBOOKS_DIR
 
-def _walkthrough_sources(records: dict) -> str:
-    """Where the table's run is written down whole, and the near-tie margin its checks used."""
-    from dflash_fi.evidence.ledger import RUNS_DIR, gpu_slug
-    from dflash_fi.evidence.near_ties import committed_margin
-
-    first = next(iter(records.values()))
-    output = RUNS_DIR / f"{gpu_slug(first['gpu'])}.walkthrough-{first['spec']['extra']['walkthrough_id']}.txt"
-    margin = committed_margin()
     lines = []
-    if output.is_file():
-        lines.append(f"That run's whole output, with its checks: `runs/{output.name}`.")
-    if margin:
-        lines.append(f"Near-tie margin: {margin['margin']:.3f} nats (`runs/{margin['file']}`).")
-    return ("\n\n" + " ".join(lines)) if lines else ""
+    for path in sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py")):
+        title = next((line[4:].strip() for line in path.read_text().splitlines() if line.startswith("# # ")), "")
+        lines.append(f"- [`{path.stem}`](notebooks/{path.stem}.ipynb): {title}")
+    return "\n".join(lines)
 
 
-def _engine_blocks(kernels: dict) -> dict[str, str]:
-    from dflash_fi.bench.e2e import EMBEDDED, SHAPE_MODEL
-    from dflash_fi.bench.turns import build_table, latest_turns, targets_table, turns_table
+def _walkthrough() -> tuple | None:
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.evidence.checks import check_records
+    from dflash_fi.evidence.report import recorded_walkthrough
+
+    try:
+        manifest, records, source = recorded_walkthrough()
+    except NoRecord:
+        return None
+    margin = manifest.margin
+    if margin is None:  # recorded before manifests named their margin
+        from dflash_fi.evidence.near_ties import committed_margin
+
+        margin = committed_margin()
+    return manifest, records, source, check_records(records, manifest.reference, margin), margin
+
+
+def _turns():
+    from dflash_fi.bench.turns import latest_turns
     from dflash_fi.errors import NoRecord
 
     try:
-        turns = latest_turns()
-    except NoRecord as exc:
-        return {name: f"Not measured yet: {exc}" for name in ("performance-targets", "e2e-summary", "draft-overhead")}
-    source = (f"{turns['gpu']} (SM {turns['compute_capability']}), `runs/{turns['file']}` (commit "
-              f"{turns['git_commit'][:10]}, {turns['finished_at']}), {turns['rounds']} rounds of every engine in turn.")
-    return {
-        "performance-targets": f"{source}\n\n{targets_table(kernels, turns, _embedded_heads())}",
-        "e2e-summary": (f"{source}\n\nThe embedded pair, output tokens/s (median of the rounds):\n\n"
-                        f"{turns_table(turns, EMBEDDED)}\n\nThe Qwen3-4B shape (random weights, tau 1), ms per "
-                        f"decoding step (median of the rounds):\n\n{turns_table(turns, SHAPE_MODEL)}"),
-        "draft-overhead": (f"{source}\n\nEmbedded pair, batch 1:\n\n{build_table(turns, EMBEDDED, 1)}\n\nEmbedded "
-                           f"pair, batch 32:\n\n{build_table(turns, EMBEDDED, 32)}\n\nThe Qwen3-4B shape, batch 1:"
-                           f"\n\n{build_table(turns, SHAPE_MODEL, 1)}\n\nThe Qwen3-4B shape, batch 32:\n\n"
-                           f"{build_table(turns, SHAPE_MODEL, 32)}"),
-    }
+        return latest_turns()
+    except NoRecord:
+        return None
+
+
+def verdict() -> str:
+    """At most ten lines: what the committed evidence says, and where the tables are."""
+    from dflash_fi.bench.stats import Verdict
+    from dflash_fi.bench.turns import targets
+    from dflash_fi.evidence.checks import Verdict as CheckVerdict
+
+    lines = []
+    walkthrough = _walkthrough()
+    if walkthrough:
+        manifest, records, source, checks, _ = walkthrough
+        counts = {v: sum(c.verdict is v for c in checks) for v in CheckVerdict}
+        made = next(iter(records.values())).provenance
+        lines.append(f"- The walkthrough: {counts[CheckVerdict.PASS]} of {len(checks)} checks pass on its records "
+                     f"({counts[CheckVerdict.FAIL]} fail, {counts[CheckVerdict.NOT_RUN]} not run); {len(records)} "
+                     f"engines, walkthrough {manifest.id} on {made.gpu}, commit {(made.git_commit or '?')[:10]}.")
+    else:
+        lines.append("- The walkthrough: no GPU walkthrough is recorded yet.")
+    turns = _turns()
+    if turns:
+        found = targets(turns)
+        counts = {v: sum(t.verdict is v for t in found) for v in Verdict}
+        lines.append(f"- The performance targets (engines in turns, 95% intervals, `runs/{turns.file}`): "
+                     + ", ".join(f"{counts[v]} {v.value}" for v in Verdict if counts[v]) + f" of {len(found)}.")
+    else:
+        lines.append("- The performance targets: no engine benchmark with intervals is recorded yet.")
+    lines.append("- Every table behind these lines: [`docs/RESULTS.md`](docs/RESULTS.md) (generated from `runs/`).")
+    return "\n".join(lines)
+
+
+def results_page() -> str:
+    """docs/RESULTS.md, whole."""
+    from dflash_fi.bench.results import kernel_pivot, kernel_pivot_table, kernel_summary, latest_kernels
+    from dflash_fi.bench.turns import build_table, idle_cpu, targets_table, turns_table
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.evidence.report import render_mixed_table, render_table
+
+    parts = ["# Results", "", "Generated by `dflash-fi report --update-readme` from the files committed under `runs/`; "
+             "do not edit. What each check and benchmark is: the README and the notebooks.", ""]
+    walkthrough = _walkthrough()
+    if walkthrough:
+        manifest, records, source, checks, margin = walkthrough
+        parts += ["## The walkthrough", "", source, "", render_table(records), "",
+                  "### Mixed batches (the same engines' second workload)", "", render_mixed_table(records), "",
+                  "### Its checks", "", *(f"- {c.line()}" for c in checks), ""]
+        if margin:
+            parts += [f"Near-tie margin: {margin['margin']:.3f} nats (`runs/{margin['file']}`).", ""]
+    turns = _turns()
+    if turns:
+        cpu = idle_cpu(turns)
+        parts += ["## Engines in turns", "", f"{turns.gpu} (SM {turns.compute_capability}), `runs/{turns.file}` "
+                  f"(commit {turns.git_commit[:10]}, {turns.finished_at}); round 1 warms up and is not measured. Idle "
+                  f"engines used {cpu['free']:.2f} CPU s (median) during another engine's round while running free "
+                  f"(round 1) and {cpu['stopped']:.2f} CPU s while stopped (the measured rounds).", "",
+                  "### Targets", "", targets_table(turns), ""]
+        for pair in turns.pairs():
+            parts += [f"### {pair.value}", "", turns_table(turns, pair), ""]
+            for batch in turns.batches(pair):
+                parts += [f"Where the host time of a decoding step goes, {pair.value}, batch {batch}:", "",
+                          build_table(turns, pair, batch), ""]
+    try:
+        kernels = latest_kernels()
+    except NoRecord:
+        kernels = None
+    if kernels:
+        parts += ["## Kernels", "", f"{kernels['gpu']} (SM {kernels['compute_capability']}), "
+                  f"`runs/{kernels['parts'][-1]['file']}` (commit {kernels['git_commit'][:10]}).", "",
+                  kernel_pivot_table(kernel_pivot(kernels)), "", "All kernels, 32/8 heads:", "", kernel_summary(kernels), ""]
+    return "\n".join(parts).rstrip() + "\n"
 
 
 def blocks() -> dict[str, str]:
-    from dflash_fi.bench.results import kernel_summary, latest_results
-    from dflash_fi.evidence.report import recorded_walkthrough, render_mixed_table, render_table
-
-    records, provenance = recorded_walkthrough()
-    kernels = latest_results("kernels")
-    mixed = render_mixed_table(records) if any("mixed" in r for r in records.values()) else "(not recorded)"
-    return {
-        "walkthrough-table": f"<!-- {provenance} -->\n{render_table(records)}{_walkthrough_sources(records)}",
-        "mixed-table": mixed,
-        "kernel-summary": (f"{kernels['gpu']} (SM {kernels['compute_capability']}), `runs/{kernels['parts'][-1]['file']}` "
-                           f"(commit {kernels['git_commit'][:10]}); device-to-device copy {kernels['copy_GBps']:.0f} GB/s "
-                           f"(read + written).\n\n{kernel_summary(kernels)}"),
-        **_engine_blocks(kernels),
-    }
+    return {"step-table": step_table(), "results-verdict": verdict(), "notebook-list": notebook_list()}
 
 
 def pattern(name: str) -> re.Pattern:
@@ -84,10 +149,21 @@ def pattern(name: str) -> re.Pattern:
 
 
 def update_readme(path: Path = README) -> list[str]:
-    text = path.read_text()
-    for name, body in blocks().items():
-        if not pattern(name).search(text):
-            raise KeyError(f"README.md has no <!-- {name} --> block")
+    """Rewrite the generated blocks; a README without one of them is refused (and left as it was)."""
+    from dflash_fi.errors import BadInput
+
+    text, generated = path.read_text(), blocks()
+    missing = [name for name in generated if not pattern(name).search(text)]
+    if missing:
+        raise BadInput(f"{path.name} has no <!-- {missing[0]} --> ... <!-- /{missing[0]} --> block: put one back where "
+                       "the generated text belongs, then run `dflash-fi report --update-readme` again")
+    for name, body in generated.items():
         text = pattern(name).sub(lambda m: m.group(1) + body + m.group(3), text)
     path.write_text(text)
-    return list(blocks())
+    return list(generated)
+
+
+def write_results_page(path: Path = RESULTS) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(results_page())
+    return path

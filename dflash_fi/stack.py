@@ -48,7 +48,9 @@ class Gpu:
 
     @property
     def sm(self) -> str:
-        return f"{self.capability[0]}.{self.capability[1]}"
+        from dflash_fi.vocabulary import sm
+
+        return sm(self.capability)
 
 
 def cuda_gpu() -> Gpu | None:

@@ -12,21 +12,29 @@ import pytest  # noqa: E402
 
 from dflash_fi import figures  # noqa: E402
 
-FLASH_ATTN = "FLASH_ATTN draft (reference)"
-EAGER_RUNS = [FLASH_ATTN, *(f"step {s} FLASHINFER draft" for s in range(7)), "step 4 FLASHINFER draft, fp8 KV"]
+from dflash_fi.engine.identity import label  # noqa: E402
+from dflash_fi.evidence import plan as P  # noqa: E402
+
+FLASH_ATTN = P.FLASH_ATTN
+EAGER_RUNS = [FLASH_ATTN, *(P.step_run(s) for s in range(7)), P.FP8]
 
 
 @pytest.fixture(scope="module")
-def walkthrough():
+def recorded():
     from dflash_fi.evidence.report import recorded_walkthrough
 
-    records, _ = recorded_walkthrough()
-    return records
+    manifest, records, _ = recorded_walkthrough()
+    return manifest, records
 
 
 @pytest.fixture(scope="module")
-def reference(walkthrough):
-    recorded = next(iter(walkthrough.values()))["spec"]["extra"]["reference"]
+def walkthrough(recorded):
+    return recorded[1]
+
+
+@pytest.fixture(scope="module")
+def reference(recorded):
+    recorded = recorded[0].reference
     if "per_position_acceptance" in recorded:
         return recorded
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
@@ -109,7 +117,7 @@ def test_the_selector_grid_explains_its_three_colours_in_plain_words(drawn):
 
 
 def test_acceptance_by_position_shows_coinciding_runs_and_the_reference(drawn, walkthrough, reference):
-    runs = [FLASH_ATTN, "step 2 FLASHINFER draft", "step 3 FLASHINFER draft"]
+    runs = [FLASH_ATTN, P.step_run(2), P.step_run(3)]
     fig = figures.acceptance_by_position(walkthrough, runs, reference=reference)
     drawn(fig)
     assert_reads_well(fig)
@@ -125,14 +133,14 @@ def test_acceptance_by_position_shows_coinciding_runs_and_the_reference(drawn, w
     assert any(t.startswith("reference decoder, non-causal") for t in texts)
     assert any(t.startswith("reference decoder, causal") for t in texts)
     step3 = next(t for t in texts if t.startswith("step 3"))
-    difference = max(abs(a - b) for a, b in zip(walkthrough[runs[0]]["per_position_acceptance"],
-                                                 walkthrough[runs[2]]["per_position_acceptance"]))
-    assert f"lies on {FLASH_ATTN}: max difference {difference:.3f}" in step3
+    difference = max(abs(a - b) for a, b in zip(walkthrough[runs[0]].generate().acceptance.per_position,
+                                                 walkthrough[runs[2]].generate().acceptance.per_position))
+    assert f"lies on {label(FLASH_ATTN)}: max difference {difference:.3f}" in step3
     assert not any("lies on" in t for t in texts if t.startswith("step 2"))
 
 
 def test_acceptance_by_position_takes_a_title_and_names_runs_with_nothing_to_draw(drawn, walkthrough):
-    fig = figures.acceptance_by_position(walkthrough, [FLASH_ATTN, "step 0 FLASHINFER draft"], title="Two runs")
+    fig = figures.acceptance_by_position(walkthrough, [FLASH_ATTN, P.step_run(0)], title="Two runs")
     drawn(fig)
     assert_reads_well(fig)
     assert fig.axes[0].get_title() == "Two runs" and len(fig.axes[0].lines) == 1
@@ -147,19 +155,19 @@ def test_tau_by_step_keeps_every_run_and_says_why_a_run_has_no_tau(drawn, walkth
     assert len(ax.get_xticks()) == len(EAGER_RUNS)
     assert len([t for t in ax.get_xticklabels() if t.get_text()]) == len(EAGER_RUNS)
     texts = [t.get_text() for t in ax.texts]
-    failed = [walkthrough[label] for label in EAGER_RUNS if walkthrough[label].get("tau") is None]
-    assert len(failed) == 2 and all(not r["ok"] for r in failed)
+    failed = [walkthrough[run] for run in EAGER_RUNS if walkthrough[run].tau is None]
+    assert len(failed) == 2 and all(not r.ok for r in failed)
     for record in failed:
-        assert any(record["error"]["type"] in t and record["error"]["phase"] in t for t in texts)
-    taus = [walkthrough[label]["tau"] for label in EAGER_RUNS if walkthrough[label].get("tau") is not None]
+        assert any(record.failure.type in t and record.failure.phase.value in t for t in texts)
+    taus = [walkthrough[run].tau for run in EAGER_RUNS if walkthrough[run].tau is not None]
     assert len(ax.patches) == len(taus)
     assert all(f"{tau:.2f}" in texts for tau in taus)
 
 
 def test_kernel_times_show_both_kv_dtypes_and_six_distinct_kernels(drawn):
-    from dflash_fi.bench.results import latest_results
+    from dflash_fi.bench.results import latest_kernels
 
-    kernels = latest_results("kernels")
+    kernels = latest_kernels()
     fig = figures.kernel_times(kernels)
     drawn(fig)
     assert_reads_well(fig)
@@ -175,8 +183,7 @@ def test_kernel_times_show_both_kv_dtypes_and_six_distinct_kernels(drawn):
 
 
 def test_the_benchmark_figures_still_write(tmp_path):
-    from dflash_fi.bench.results import latest_results
-
+    from dflash_fi.bench.results import latest_kernels
     from dflash_fi.bench.turns import latest_turns
     from dflash_fi.errors import NoRecord
 
@@ -184,7 +191,7 @@ def test_the_benchmark_figures_still_write(tmp_path):
         turns = latest_turns()
     except NoRecord:
         turns = None
-    paths = figures.write_benchmark_figures(latest_results("kernels"), turns, tmp_path)
+    paths = figures.write_benchmark_figures(latest_kernels(), turns, tmp_path)
     assert [p.name for p in paths] == ["bench-kernels.svg"] + (["bench-e2e.svg", "bench-draft-step.svg"] if turns else [])
     assert all(p.parent == tmp_path and p.read_text().lstrip().startswith("<?xml") for p in paths)
     plt.close("all")

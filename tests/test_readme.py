@@ -1,23 +1,55 @@
-"""README.md's generated blocks hold exactly what the committed records and results files render to."""
+"""README.md's generated blocks and docs/RESULTS.md hold exactly what the step modules and committed results render to."""
 
 import re
 
 import pytest
 
-from dflash_fi.readme import README, blocks, pattern
+from dflash_fi.errors import BadInput
+from dflash_fi.readme import README, RESULTS, blocks, pattern, results_page, update_readme
 
 
-@pytest.mark.parametrize("name", ["walkthrough-table", "mixed-table", "performance-targets", "kernel-summary",
-                                  "e2e-summary", "draft-overhead"])
+@pytest.mark.parametrize("name", ["step-table", "results-verdict", "notebook-list"])
 def test_readme_block_is_generated_not_typed(name):
     block = pattern(name).search(README.read_text())
     assert block, f"README.md lost its <!-- {name} --> block"
     assert block.group(2) == blocks()[name], "stale: run `dflash-fi report --update-readme`"
 
 
-def test_readme_links_what_exists():
+def test_the_results_page_is_generated_not_typed():
+    assert RESULTS.read_text() == results_page(), "stale: run `dflash-fi report --update-readme`"
+
+
+def test_updating_rewrites_only_the_blocks_and_refuses_a_readme_without_one(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- step-table -->\nold\n<!-- /step-table -->\nmiddle\n"
+                      "<!-- results-verdict -->\nold\n<!-- /results-verdict -->\n"
+                      "<!-- notebook-list -->\nold\n<!-- /notebook-list -->\nend\n")
+    assert update_readme(readme) == ["step-table", "results-verdict", "notebook-list"]
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- step-table -->\n| step |") and "\nmiddle\n" in text and text.endswith("end\n")
+    assert "old" not in text
+    broken = tmp_path / "BROKEN.md"
+    broken.write_text("intro\n<!-- step-table -->\nold\n<!-- /step-table -->\n")
+    with pytest.raises(BadInput, match="no <!-- results-verdict -->"):
+        update_readme(broken)
+    assert broken.read_text().endswith("old\n<!-- /step-table -->\n")  # refused before anything was written
+
+
+def test_the_readme_is_a_front_door():
+    """At most 200 lines, the mechanism in the first 100 (with the LLM(...) call), and no measured number typed in:
+    every number of a measurement is in a generated block."""
     text = README.read_text()
-    paths = set(re.findall(r"\b((?:runs|docs|notebooks|dflash_fi|tests)/[\w./-]+\.(?:txt|json|svg|py|md|ipynb))", text))
+    lines = text.splitlines()
+    assert len(lines) <= 200
+    assert "LLM(" in "\n".join(lines[:100]) and "## How a step is built and selected" in "\n".join(lines[:100])
+    typed = re.sub(r"<!-- ([\w-]+) -->.*?<!-- /\1 -->", "", text, flags=re.S)
+    assert not re.findall(r"\b\d+\.\d+ ?(?:ms|x|%|tokens/s)\b", typed), "a measured number typed by hand"
+
+
+def test_readme_links_what_exists():
+    text = README.read_text() + RESULTS.read_text()
+    paths = set(re.findall(r"\b((?:runs|docs|notebooks|dflash_fi|tests)/[\w./-]+\.(?:txt|json|svg|py|md|ipynb|diff))",
+                           text))
     assert len(paths) >= 10
     missing = [p for p in sorted(paths) if "*" not in p and not (README.parent / p).is_file()]
     assert missing == []

@@ -2,26 +2,16 @@
 
     kernels.py  `dflash-fi bench kernels`: non-causal paged attention at DFlash shapes, every kernel
     e2e.py      `dflash-fi bench e2e`: whole engines with CUDA graphs, taking turns in rounds
-    results.py  the kernel results files and their summaries    turns.py  the engine rounds, in pairs, and the targets
+    stats.py    paired rounds, 95% intervals, targets met, missed or unresolved
+    turns.py    the engine rounds, in pairs, and the targets          results.py  the kernel results files
+    profile.py  `dflash-fi profile`: where the metadata builds spend host time
 
-Both write one JSON results file (committed under runs/ when run with --record) that README, notebook 06
-and `dflash_fi.figures` read. Timings live in these files only: no test times anything.
+Each writes one JSON results file (committed under runs/ when run with --record, `dflash_fi.runs`) that
+docs/RESULTS.md, the notebooks and `dflash_fi.figures` read. Timings live in these files only: no test times anything.
 
 May import: dflash_fi.engine, dflash_fi.reference, dflash_fi.steps, dflash_fi.models, dflash_fi.logs,
-dflash_fi.stack, dflash_fi.vocabulary, dflash_fi.errors.
+dflash_fi.stack, dflash_fi.vocabulary, dflash_fi.errors, dflash_fi.runs.
 """
 
-from pathlib import Path
-
 MAY_IMPORT = ("dflash_fi.engine", "dflash_fi.reference", "dflash_fi.steps", "dflash_fi.models", "dflash_fi.logs",
-              "dflash_fi.stack", "dflash_fi.vocabulary", "dflash_fi.errors")
-
-
-def write_results(results: dict, path) -> Path:
-    """One benchmark's results as a JSON file."""
-    import json
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
-    return path
+              "dflash_fi.stack", "dflash_fi.vocabulary", "dflash_fi.errors", "dflash_fi.runs")

@@ -2,37 +2,37 @@
 
 Every engine starts at once, each in its own process; then the parent asks each in turn for one round
 (A B C D ... A B C D ...: `dflash_fi.engine.server`), so only one engine works at a time and whatever the
-machine does during a round falls on every engine alike. Round r of two engines is a pair: the benchmark
-reports their ratio per pair (min / median / max over the rounds), and the results file keeps every round.
+machine does during a round falls on every engine alike; from round 2 on the idle engines are stopped, so they
+take no host time from the working one (each round records what they took). Round 1 warms every batch size up
+and is not measured. Round r of two engines is a pair: the benchmark reports the geometric mean of their ratio
+over the measured pairs, with a 95% bootstrap interval (`dflash_fi.bench.stats`); a second FLASH_ATTN draft
+engine (the A/A pair) shows the interval when nothing differs. The results file keeps every round.
 
 A round, per batch size b (greedy, ignore_eos): b held-out prompts decoded together; batch 1 decodes
-BATCH1_PROMPTS prompts one at a time and takes the median (one prompt alone says more about that prompt than
-about the engine). The first round warms each batch size up first. Each row has tokens/s, the time per
-decoding step (target forwards), tau from vLLM's counters, and the host time of every attention metadata
-build per step, by builder (the model runner's, per attention group; the drafter's).
+`batch1_prompts` prompts one at a time. Each generate records tokens/s, the intervals between the engine's
+steps (their median is the step time: prefills and the generate's start and end do not weigh in), tau from vLLM's
+counters, and the host time of every attention metadata build, by builder (the runner's groups; the drafter's).
 
-Embedded pair, bf16: no speculation, the FLASH_ATTN draft, and the FlashInfer draft at step 6 and at the
-final step. Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128) and a 5-layer DFlash
-drafter of the shape public DFlash configs for 36-layer Qwen3 targets give (context from target layers 1, 9,
-17, 25, 33; block 16), random weights (`load_format="dummy"`): every draft is rejected, so only the step time
-means anything.
+Embedded pair, bf16: no speculation, the FLASH_ATTN draft (twice), the FlashInfer draft at the step before the
+final one and at the final step. Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128)
+and a 5-layer DFlash drafter of the shape public DFlash configs for 36-layer Qwen3 targets give (context from
+target layers 1, 9, 17, 25, 33; block 16), random weights (`load_format="dummy"`): every draft is rejected, so
+only the step time means anything.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
-from dflash_fi.engine.spec import RunSpec
+from dflash_fi.engine.identity import Pair, RunId
+from dflash_fi.engine.spec import BenchPlan, RunSpec
 from dflash_fi.logs import LOG_DIR
 
-EMBEDDED, SHAPE_MODEL = "embedded", "qwen3-4b-shape (random weights)"
-FLASH_ATTN_RUN = "FLASH_ATTN draft"
-ROUNDS = 4
+ROUNDS = 6  # the first warms up; five are measured
 BATCHES, SHAPE_BATCHES = (1, 8, 32), (1, 32)
-NEW_TOKENS, SHAPE_NEW_TOKENS = 256, 128
-BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 8, 4
+NEW_TOKENS, SHAPE_NEW_TOKENS = 512, 256
+BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 4, 2
 QWEN3_4B_TARGET = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560,
     "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -48,19 +48,26 @@ QWEN3_4B_DFLASH_DRAFTER = {
 SHAPE_DIR = LOG_DIR.parent / "qwen3-4b-shape"  # git-ignored, made afresh by each run
 
 
-def final_run() -> str:
+def final_step() -> int:
     from dflash_fi.steps import FINAL_STEP
 
-    return f"step {FINAL_STEP} FLASHINFER draft"
+    return FINAL_STEP
 
 
-def runs(model: str) -> tuple[tuple[str, int, str | None, bool], ...]:
-    """(run, step, draft backend, speculative) of each engine of a model."""
-    from dflash_fi.steps import FINAL_STEP
+def flash_attn_draft(pair: Pair, replica: int = 0) -> RunId:
+    return RunId(draft_backend="FLASH_ATTN", cuda_graphs=True, pair=pair, replica=replica)
 
-    drafts = ((FLASH_ATTN_RUN, 0, "FLASH_ATTN", True), ("step 6 FLASHINFER draft", 6, "FLASHINFER", True),
-              (final_run(), FINAL_STEP, "FLASHINFER", True))
-    return ((("no speculation", 0, None, False),) if model == EMBEDDED else ()) + drafts
+
+def flashinfer_draft(pair: Pair, step: int | None = None) -> RunId:
+    return RunId(step=final_step() if step is None else step, cuda_graphs=True, pair=pair)
+
+
+def bench_runs(pair: Pair) -> tuple[RunId, ...]:
+    """Every engine of a pair: the FLASH_ATTN draft twice (the A/A pair), the step before the final one and the final
+    step; plain decoding too for the embedded pair, whose tokens/s it puts in scale."""
+    plain = (RunId(speculative=False, cuda_graphs=True, pair=pair),) if pair is Pair.EMBEDDED else ()
+    return plain + (flash_attn_draft(pair), flash_attn_draft(pair, replica=1),
+                    flashinfer_draft(pair, final_step() - 1), flashinfer_draft(pair))
 
 
 def write_shape_models(root: Path = SHAPE_DIR) -> tuple[str, str]:
@@ -71,61 +78,39 @@ def write_shape_models(root: Path = SHAPE_DIR) -> tuple[str, str]:
     return str(root / "target"), str(root / "drafter")
 
 
-def e2e_plan(models=(EMBEDDED, SHAPE_MODEL), quick: bool = False, shape_dir: Path = SHAPE_DIR) -> list[RunSpec]:
-    """Every engine of the benchmark (all start at once; small engines reserve their KV cache outright)."""
+def e2e_plan(pairs=(Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), quick: bool = False,
+             shape_dir: Path = SHAPE_DIR) -> list[RunSpec]:
+    """Every engine of the benchmark (all start at once; they reserve their KV cache outright)."""
     specs = []
-    for model in models:
-        embedded = model == EMBEDDED
+    for pair in pairs:
+        embedded = pair is Pair.EMBEDDED
         files = {} if embedded else dict(zip(("target", "drafter"), write_shape_models(shape_dir)))
-        for run, step, backend, speculative in runs(model):
+        batches = BATCHES if embedded else SHAPE_BATCHES
+        for run in bench_runs(pair):
             specs.append(RunSpec(
-                label=f"{model} | {run} | bf16 | graphs", step=step, draft_backend=backend or "FLASHINFER",
-                speculative=speculative, cuda_graphs=True, **files,
-                load_format="auto" if embedded else "dummy",
-                num_prompts=max(BATCHES if embedded else SHAPE_BATCHES),
+                run=run, **files, load_format="auto" if embedded else "dummy", num_prompts=max(batches),
                 max_new_tokens=(NEW_TOKENS if embedded else SHAPE_NEW_TOKENS) // (4 if quick else 1),
-                batch_sizes=(1, 8) if quick and embedded else BATCHES if embedded else SHAPE_BATCHES,
+                bench=BenchPlan(batch_sizes=(1, 8) if quick and embedded else batches,
+                                batch1_prompts=BATCH1_PROMPTS if embedded else SHAPE_BATCH1_PROMPTS),
                 gpu_memory_utilization=0.12 if embedded else 0.3,
                 kv_cache_memory_bytes=(512 << 20) if embedded else (4 << 30),
-                max_model_len=1024 if embedded else 2048, timeout_s=900,
-                extra={"model": model, "run": run, "batch1_prompts": BATCH1_PROMPTS if embedded else SHAPE_BATCH1_PROMPTS}))
+                max_model_len=1024 if embedded else 2048, timeout_s=1200))
     return specs
 
 
-def rows_from(records: dict[str, dict]) -> tuple[list[dict], list[dict]]:
-    """One row per engine, round and batch size (no tokens), and one summary per engine."""
-    rows, engines = [], []
-    for label, record in records.items():
-        spec = record["spec"]
-        engines.append({"label": label, "model": spec["extra"]["model"], "run": spec["extra"]["run"],
-                        "ok": record.get("ok", False), "cudagraph_mode": record.get("cudagraph_mode"),
-                        "engine_start_s": record.get("engine_start_s"), "log_file": record.get("log_file"),
-                        "backends": record.get("backends"), "error": record.get("error")})
-        first = {}
-        for rnd in record.get("rounds", []):
-            for b in rnd["batches"]:
-                first.setdefault(b["batch"], b["tokens_sha256_per_generate"])
-                rows.append({
-                    "model": spec["extra"]["model"], "run": spec["extra"]["run"], "round": rnd["round"],
-                    "batch": b["batch"], "cudagraph_mode": record.get("cudagraph_mode"),
-                    "tokens_per_s": b["output_tokens_per_s"], "step_ms": statistics.median(b["generates_step_ms"]),
-                    "tpot_ms": b.get("tpot_ms"), "tau": b.get("tau"),
-                    "generates_tokens_per_s": b["generates_tokens_per_s"], "generates_step_ms": b["generates_step_ms"],
-                    "same_tokens_as_round_1": b["tokens_sha256_per_generate"] == first[b["batch"]],
-                    "metadata_build_ms_per_step": b.get("metadata_build_ms_per_step"),
-                    "metadata_builds_per_step": b.get("metadata_builds_per_step"),
-                })
-    return rows, engines
-
-
-def run_e2e_bench(quick: bool = False, models=(EMBEDDED, SHAPE_MODEL), rounds: int = ROUNDS, print_fn=print) -> dict:
+def run_e2e_bench(quick: bool = False, pairs=(Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), rounds: int = ROUNDS,
+                  print_fn=print) -> dict:
     from dflash_fi.engine.server import run_in_turns
     from dflash_fi.stack import require_gpu, run_context
 
+    from dflash_fi.errors import BadInput
+
+    if rounds < 2:
+        raise BadInput(f"--rounds must be at least 2 (the first warms up), not {rounds}")
     gpu = require_gpu("dflash-fi bench e2e")
-    specs = e2e_plan(models, quick)
-    print_fn(f"{len(specs)} engines on {gpu.name}, started together, then {rounds} rounds in turn")
+    specs = e2e_plan(pairs, quick)
+    print_fn(f"{len(specs)} engines on {gpu.name}, started together, then {rounds} rounds in turn (round 1 warms up)")
     records = run_in_turns(specs, rounds, "dflash-fi bench e2e", print_fn=print_fn)
-    rows, engines = rows_from(records)
-    return {"gpu": gpu.name, "compute_capability": gpu.sm, "method": __doc__.strip(), "rounds": rounds,
-            "rows": rows, "engines": engines, **run_context()}
+    return {"schema": 2, "gpu": gpu.name, "compute_capability": gpu.sm, "method": __doc__.strip(), "rounds": rounds,
+            "warm_up_rounds": 1, "idle_engines_paused_from_round": 2,
+            "engines": [r.to_json() for r in records.values()], **run_context()}

@@ -5,33 +5,27 @@ The engine benchmark's summaries (engines in turns, pairs of rounds, the targets
 
 from __future__ import annotations
 
-import json
-
-from dflash_fi.errors import NoRecord
-from dflash_fi.stack import REPO_ROOT
-
-RUNS_DIR = REPO_ROOT / "runs"
+from dflash_fi.runs import Kind, Runs
 
 
 # What makes two rows the same measurement: a later file's row replaces an earlier file's.
 ROW_KEYS = {"kernels": ("kernel", "kv_dtype", "batch", "context", "num_qo_heads", "num_kv_heads")}
 
 
-def latest_results(kind: str) -> dict:
-    """The `runs/*.bench-<kind>*.json` files of the GPU that ran last, read together: a rerun writes a new file
-    (runs/ is append-only), and where two files measured the same thing, the later one's row is kept. `parts` says where
-    each kept row came from; every row carries its file in `part`."""
-    files = sorted(RUNS_DIR.glob(f"*.bench-{kind}*.json"))
-    if not files:
-        raise NoRecord(f"no {kind} benchmark is recorded under runs/: run `dflash-fi bench {kind} --record` on a GPU")
-    results = {f.name: json.loads(f.read_text()) for f in files}
+def latest_kernels(runs: Runs | None = None) -> dict:
+    """The kernel benchmark files of the GPU that ran last, read together: a rerun writes a new file (runs/ is
+    append-only), and where two files measured the same thing, the later one's row is kept. `parts` says where each
+    kept row came from; every row carries its file in `part`."""
+    runs = runs or Runs()
+    runs.newest(Kind.BENCH_KERNELS)  # says what to run when there is none
+    results = {f.path.name: f.read() for f in runs.files(Kind.BENCH_KERNELS)}
     newest = max(results.values(), key=lambda r: r["finished_at"])
     parts = {name: r for name, r in results.items() if r["gpu"] == newest["gpu"]}
     ordered = sorted(parts.items(), key=lambda item: item[1]["finished_at"])
     kept: dict[tuple, dict] = {}
     for name, r in ordered:
         for row in r["rows"]:
-            kept[tuple(row[k] for k in ROW_KEYS[kind])] = {**row, "part": name}
+            kept[tuple(row[k] for k in ROW_KEYS["kernels"])] = {**row, "part": name}
     used = {row["part"] for row in kept.values()}
     return {**newest, "rows": list(kept.values()),
             "engines": [e for name, r in ordered if name in used for e in r.get("engines", [])],
@@ -72,22 +66,6 @@ def kernel_summary(results: dict, heads=(32, 8)) -> str:
                     plan = row_of.get(k, {}).get("plan_ms")
                     cells.append(f"{plan:.3f} ms" if plan is not None else "-")
                 lines.append(f"| {kv} | {batch} x {context} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def build_profiles(where: str = "draft step", top: int = 3) -> str:
-    """Markdown: the profiled engines (`runs/*.build-profile-*.json`, DFLASH_FI_PROFILE_BUILDS): per engine, the
-    costliest functions inside its `where` metadata builds, by own time (the profiler slows every build)."""
-    lines = ["| file | engine's builds | function | calls | own time, s |", "|---|---|---|---|---|"]
-    for path in sorted(RUNS_DIR.glob("*.build-profile-*.json")):
-        for engine in json.loads(path.read_text())["engines"]:
-            for builder, text in (engine.get("metadata_build_profiles") or {}).items():
-                if not builder.startswith(where):
-                    continue
-                table = text.split("filename:lineno(function)")[-1].strip().splitlines()[:top]
-                for line in table:
-                    ncalls, tottime, _, _, _, function = line.split(maxsplit=5)
-                    lines.append(f"| `{path.name}` | {builder} | `{function.split('/')[-1]}` | {ncalls} | {tottime} |")
     return "\n".join(lines)
 
 

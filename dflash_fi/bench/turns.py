@@ -1,143 +1,199 @@
-"""The engine benchmark's results (`dflash-fi bench e2e`: engines in turns), summarised in pairs of rounds.
+"""The engine benchmark's results (`dflash-fi bench e2e`: engines in turns): paired rounds, intervals and targets.
 
-Round r of two engines is a pair. A ratio is computed per pair, and reported as min / median / max over the
-pairs, so that a reader sees how far the machine's noise reaches. Embedded pair: tokens/s, final FlashInfer
-draft over FLASH_ATTN draft. Qwen3-4B shape: time per decoding step, FlashInfer over FLASH_ATTN, minus 1.
-Host build time: the attention metadata builds per decoding step, summed over builders, median of the rounds.
+Embedded pair: tokens/s of the final FlashInfer draft over the FLASH_ATTN draft's. Qwen3-4B shape: time per
+decoding step (the median interval between engine steps), FlashInfer over FLASH_ATTN, minus 1. Host build time: the
+attention metadata builds per decoding step, summed over builders, final FlashInfer draft minus FLASH_ATTN draft.
+Each with a 95% interval over the measured rounds (`dflash_fi.bench.stats`), beside the A/A pair's.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
+from dataclasses import dataclass
 
-from dflash_fi.bench.e2e import EMBEDDED, FLASH_ATTN_RUN, SHAPE_MODEL, final_run
+from dflash_fi.bench.e2e import flash_attn_draft, flashinfer_draft
+from dflash_fi.bench.stats import AtLeast, AtMost, Estimate, Verdict, difference_estimate, ratio_estimate, round_to_round
+from dflash_fi.engine.identity import Pair, RunId, label
+from dflash_fi.engine.records import BatchRun, EngineRecord
 from dflash_fi.errors import NoRecord
-from dflash_fi.stack import REPO_ROOT
+from dflash_fi.runs import Kind, Runs
 
-RUNS_DIR = REPO_ROOT / "runs"
-TARGET_RATIO, TARGET_SHAPE_GAP = 0.97, 0.03
-
-
-def latest_turns(runs_dir=RUNS_DIR) -> dict:
-    """The newest committed `runs/*.bench-turns*.json` (one run of every engine, in turns)."""
-    files = sorted(runs_dir.glob("*.bench-turns*.json"))
-    if not files:
-        raise NoRecord("no engine benchmark in turns is recorded under runs/: run `dflash-fi bench e2e --record` "
-                       "on a GPU")
-    results = {f.name: json.loads(f.read_text()) for f in files}
-    name, newest = max(results.items(), key=lambda item: item[1]["finished_at"])
-    return {**newest, "file": name}
+TOKENS_TARGET = AtLeast(0.97, floor=0.95)  # final FlashInfer draft / FLASH_ATTN draft, tokens/s
+STEP_GAP_TARGET = AtMost(0.03)  # Qwen3-4B shape: step time / FLASH_ATTN draft's - 1
+BUILD_TARGET_MS = AtMost(0.05)  # host build ms per step, final FlashInfer draft - FLASH_ATTN draft
 
 
-def rounds_of(turns: dict, model: str, run: str, batch: int) -> dict[int, dict]:
-    return {r["round"]: r for r in turns["rows"] if (r["model"], r["run"], r["batch"]) == (model, run, batch)}
+@dataclass(frozen=True)
+class Turns:
+    """One committed engine benchmark: its engines by run, and where it came from."""
+
+    engines: dict  # RunId -> EngineRecord
+    warm_up_rounds: int
+    file: str
+    gpu: str
+    compute_capability: str
+    git_commit: str
+    finished_at: str
+
+    def pairs(self) -> list[Pair]:
+        return list(dict.fromkeys(run.pair for run in self.engines))
+
+    def runs(self, pair: Pair) -> list[RunId]:
+        return [run for run in self.engines if run.pair is pair]
+
+    def batches(self, pair: Pair) -> list[int]:
+        return sorted({b.batch for run in self.runs(pair) for r in self.engines[run].rounds for b in r.batches})
+
+    def measured(self, run: RunId, batch: int) -> dict[int, BatchRun]:
+        """Round index -> that round's batch run, measured rounds only."""
+        record = self.engines.get(run)
+        return {r.index: b for r in (record.rounds if record else ()) if r.index > self.warm_up_rounds
+                for b in r.batches if b.batch == batch}
 
 
-def batches(turns: dict, model: str) -> list[int]:
-    return sorted({r["batch"] for r in turns["rows"] if r["model"] == model})
+def latest_turns(runs: Runs | None = None) -> Turns:
+    """The newest committed engine benchmark in turns with typed records (schema 2)."""
+    files = [f for f in (runs or Runs()).files(Kind.BENCH_TURNS) if f.path.suffix == ".json"]
+    typed = [f for f in files if f.read().get("schema") == 2]
+    if not typed:
+        raise NoRecord("no engine benchmark with intervals is recorded under runs/: run `dflash-fi bench e2e "
+                       "--record` on a GPU")
+    newest = max(typed, key=lambda f: f.finished_at)
+    return turns_of(newest.read(), newest.path.name)
 
 
-def pair_ratios(turns: dict, model: str, run: str, baseline: str, batch: int, metric: str = "tokens_per_s") -> list[float]:
-    """run / baseline, one value per round both engines completed."""
-    ours, theirs = rounds_of(turns, model, run, batch), rounds_of(turns, model, baseline, batch)
-    return [ours[k][metric] / theirs[k][metric] for k in sorted(ours) if k in theirs]
+def turns_of(data: dict, file: str) -> Turns:
+    """A results file's content (schema 2) as `Turns`."""
+    engines = {r.run: r for r in (EngineRecord.from_json(e) for e in data["engines"])}
+    return Turns(engines, data["warm_up_rounds"], file, data["gpu"], data["compute_capability"],
+                 data["git_commit"], data["finished_at"])
 
 
-def spread(values: list[float]) -> dict | None:
-    return {"min": min(values), "median": statistics.median(values), "max": max(values), "pairs": len(values)} \
-        if values else None
+def tokens_per_s(b: BatchRun) -> float:
+    return b.tokens_per_s
 
 
-def build_ms(row: dict | None) -> float | None:
-    builds = (row or {}).get("metadata_build_ms_per_step")
-    return sum(builds.values()) if builds else None
+def step_ms(b: BatchRun) -> float:
+    return b.step_ms
 
 
-def median_of_rounds(turns: dict, model: str, run: str, batch: int, value) -> float | None:
-    values = [v for v in (value(r) for r in rounds_of(turns, model, run, batch).values()) if v is not None]
+def build_ms(b: BatchRun) -> float:
+    """Host ms of the metadata builds per decoding step, all builders, median over the batch run's generates."""
+    return statistics.median(g.build_ms_per_step() for g in b.generates)
+
+
+def paired(turns: Turns, run: RunId, baseline: RunId, batch: int, metric=tokens_per_s) -> list[tuple[float, float]]:
+    ours, theirs = turns.measured(run, batch), turns.measured(baseline, batch)
+    return [(metric(ours[k]), metric(theirs[k])) for k in sorted(ours) if k in theirs]
+
+
+def ratio(turns: Turns, run: RunId, baseline: RunId, batch: int, metric=tokens_per_s) -> Estimate | None:
+    return ratio_estimate([a / b for a, b in paired(turns, run, baseline, batch, metric)])
+
+
+def difference(turns: Turns, run: RunId, baseline: RunId, batch: int, metric=build_ms) -> Estimate | None:
+    return difference_estimate([a - b for a, b in paired(turns, run, baseline, batch, metric)])
+
+
+def median_of_rounds(turns: Turns, run: RunId, batch: int, metric=tokens_per_s) -> float | None:
+    values = [metric(b) for b in turns.measured(run, batch).values()]
     return statistics.median(values) if values else None
 
 
-def _fmt(s: dict | None, fmt: str = "{:.2f}") -> str:
-    return "-" if s is None else " / ".join(fmt.format(s[k]) for k in ("min", "median", "max"))
+def stability(turns: Turns, run: RunId, batch: int, metric=tokens_per_s) -> float | None:
+    """The largest move of one engine's value from one measured round to the next."""
+    rounds = turns.measured(run, batch)
+    return round_to_round([metric(rounds[k]) for k in sorted(rounds)])
 
 
-def turns_table(turns: dict, model: str = EMBEDDED) -> str:
-    """Markdown, one row per batch: each engine's median over rounds, and each FlashInfer draft's ratio to the
-    FLASH_ATTN draft per pair of rounds (tokens/s for the embedded pair, step time for the Qwen3-4B shape)."""
-    runs = list(dict.fromkeys(r["run"] for r in turns["rows"] if r["model"] == model))
-    drafts = [run for run in runs if "FLASHINFER" in run]
-    metric, unit = ("tokens_per_s", "tokens/s") if model == EMBEDDED else ("step_ms", "ms per step")
-    lines = ["| batch | " + " | ".join(f"{run}, {unit}" for run in runs) + " | "
-             + " | ".join(f"{run} / FLASH_ATTN draft, min / median / max" for run in drafts) + " |",
-             "|---|" + "---|" * (len(runs) + len(drafts))]
-    for batch in batches(turns, model):
-        values = [median_of_rounds(turns, model, run, batch, lambda r: r[metric]) for run in runs]
-        cells = [f"{v:.0f}" if metric == "tokens_per_s" else f"{v:.3f}" for v in values]
-        cells += [_fmt(spread(pair_ratios(turns, model, run, FLASH_ATTN_RUN, batch, metric)), "{:.3f}")
-                  for run in drafts]
+@dataclass(frozen=True)
+class Target:
+    pair: Pair
+    batch: int
+    what: str  # "tokens/s", "step time", "host build"
+    estimate: Estimate | None
+    aa: Estimate | None  # the same comparison between the two FLASH_ATTN draft engines
+    verdict: Verdict
+
+
+def targets(turns: Turns) -> list[Target]:
+    """Every target, from the committed file: the final FlashInfer draft against the FLASH_ATTN draft."""
+    out = []
+    for pair in turns.pairs():
+        fa, aa, final = flash_attn_draft(pair), flash_attn_draft(pair, 1), flashinfer_draft(pair)
+        for batch in turns.batches(pair):
+            if pair is Pair.EMBEDDED:
+                e = ratio(turns, final, fa, batch)
+                out.append(Target(pair, batch, "tokens/s", e, ratio(turns, aa, fa, batch), TOKENS_TARGET.judge(e)))
+            else:
+                r = ratio(turns, final, fa, batch, step_ms)
+                e = r and Estimate(r.value - 1, r.low - 1, r.high - 1, tuple(v - 1 for v in r.rounds))
+                a = ratio(turns, aa, fa, batch, step_ms)
+                a = a and Estimate(a.value - 1, a.low - 1, a.high - 1, tuple(v - 1 for v in a.rounds))
+                out.append(Target(pair, batch, "step time", e, a, STEP_GAP_TARGET.judge(e)))
+            d = difference(turns, final, fa, batch)
+            out.append(Target(pair, batch, "host build", d, difference(turns, aa, fa, batch), BUILD_TARGET_MS.judge(d)))
+    return out
+
+
+def _interval(e: Estimate | None, fmt: str) -> str:
+    return "-" if e is None else f"{fmt.format(e.value)} [{fmt.format(e.low)}, {fmt.format(e.high)}]"
+
+
+def targets_table(turns: Turns) -> str:
+    """Markdown: each target, the final FlashInfer draft's estimate and 95% interval, the A/A pair's, the verdict."""
+    wanted = {"tokens/s": "at least 0.97x the FLASH_ATTN draft's tokens/s, interval's low end at least 0.95x",
+              "step time": "step time within +3% of the FLASH_ATTN draft's (the whole interval)",
+              "host build": "host build per step at most the FLASH_ATTN draft's + 0.05 ms (the whole interval)"}
+    fmt = {"tokens/s": "{:.3f}x", "step time": "{:+.1%}", "host build": "{:+.3f} ms"}
+    lines = ["| pair, batch | target | final FlashInfer draft vs FLASH_ATTN draft [95%] | A/A pair [95%] | verdict |",
+             "|---|---|---|---|---|"]
+    for t in targets(turns):
+        lines.append(f"| {t.pair.value}, {t.batch} | {wanted[t.what]} | {_interval(t.estimate, fmt[t.what])} | "
+                     f"{_interval(t.aa, fmt[t.what])} | {t.verdict.value} |")
+    return "\n".join(lines)
+
+
+def turns_table(turns: Turns, pair: Pair) -> str:
+    """Markdown, one row per batch: each engine's median over measured rounds (tokens/s, or ms per step for the
+    Qwen3-4B shape) and its largest move between rounds."""
+    runs = turns.runs(pair)
+    metric, fmt = (tokens_per_s, "{:.0f}") if pair is Pair.EMBEDDED else (step_ms, "{:.3f}")
+    unit = "tokens/s" if pair is Pair.EMBEDDED else "ms per step"
+    lines = ["| batch | " + " | ".join(f"{label(run)}, {unit} (largest move between rounds)" for run in runs) + " |",
+             "|---|" + "---|" * len(runs)]
+    for batch in turns.batches(pair):
+        cells = []
+        for run in runs:
+            value, move = median_of_rounds(turns, run, batch, metric), stability(turns, run, batch, metric)
+            cells.append("-" if value is None else fmt.format(value) + (f" ({move:.1%})" if move is not None else ""))
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def build_table(turns: dict, model: str = EMBEDDED, batch: int = 1) -> str:
-    """Markdown: where each engine's attention metadata builds spend host time per decoding step (median of the
-    rounds), beside the step time: the breakdown before (step 6) and after (final step) removing the overhead."""
-    lines = ["| run | where | builds per step | host ms per step | step ms |", "|---|---|---|---|---|"]
-    for run in dict.fromkeys(r["run"] for r in turns["rows"] if r["model"] == model):
-        rows = list(rounds_of(turns, model, run, batch).values())
-        step = statistics.median(r["step_ms"] for r in rows)
-        for where in dict.fromkeys(w for r in rows for w in (r.get("metadata_build_ms_per_step") or {})):
-            ms = statistics.median(r["metadata_build_ms_per_step"].get(where, 0.0) for r in rows)
-            count = statistics.median(r["metadata_builds_per_step"].get(where, 0.0) for r in rows)
-            lines.append(f"| {run} | {where} | {count:.2f} | {ms:.3f} | {step:.3f} |")
+def build_table(turns: Turns, pair: Pair, batch: int) -> str:
+    """Markdown: where each engine's metadata builds spend host time per decoding step (median of measured rounds),
+    by builder, beside the step time."""
+    lines = ["| run | builder | builds per step | host ms per step | step ms |", "|---|---|---|---|---|"]
+    for run in turns.runs(pair):
+        rounds = list(turns.measured(run, batch).values())
+        if not rounds:
+            continue
+        step = statistics.median(b.step_ms for b in rounds)
+        keys = list(dict.fromkeys(t.key for b in rounds for g in b.generates for t in g.builds))
+        for key in keys:
+            per = [[(t.builds / max(g.steps, 1), t.seconds * 1000 / max(g.steps, 1)) for t in g.builds if t.key == key]
+                   for b in rounds for g in b.generates]
+            count = statistics.median(p[0][0] for p in per if p)
+            ms = statistics.median(p[0][1] for p in per if p)
+            lines.append(f"| {label(run)} | {key.role.value}, {key.backend} ({key.layers} layers) | {count:.2f} | "
+                         f"{ms:.3f} | {step:.3f} |")
     return "\n".join(lines)
 
 
-def plan_ms(kernels: dict, batch: int, heads: tuple[int, int], context: int = 512) -> float | None:
-    """The kernel benchmark's host time of one `plan()` of the final wrapper at this batch."""
-    hits = [r["plan_ms"] for r in kernels["rows"] if r["kernel"] == "dflash-fi-final" and r["kv_dtype"] == "bf16"
-            and (r["batch"], r["context"], r["num_qo_heads"], r["num_kv_heads"]) == (batch, context, *heads)
-            and r.get("plan_ms") is not None]
-    return hits[0] if hits else None
-
-
-def targets(kernels: dict, turns: dict, embedded_heads: tuple[int, int]) -> list[dict]:
-    """The final FlashInfer draft against the FLASH_ATTN draft, from the committed files (medians of pairs)."""
-    out, final = [], final_run()
-    for batch in batches(turns, EMBEDDED):
-        s = spread(pair_ratios(turns, EMBEDDED, final, FLASH_ATTN_RUN, batch))
-        out.append({"target": f"embedded pair, batch {batch}: final FlashInfer draft at least {TARGET_RATIO}x the "
-                              "FLASH_ATTN draft's tokens/s (median of paired rounds)",
-                    "measured": f"{_fmt(s, '{:.3f}x')} (min / median / max of {s['pairs']} pairs)" if s else "-",
-                    "met": None if s is None else s["median"] >= TARGET_RATIO})
-    for batch in batches(turns, SHAPE_MODEL):
-        s = spread([r - 1 for r in pair_ratios(turns, SHAPE_MODEL, final, FLASH_ATTN_RUN, batch, "step_ms")])
-        out.append({"target": f"Qwen3-4B shape, batch {batch}: final FlashInfer draft's step time within "
-                              f"{TARGET_SHAPE_GAP:.0%} of the FLASH_ATTN draft's",
-                    "measured": f"{_fmt(s, '{:+.1%}')} (min / median / max of {s['pairs']} pairs)" if s else "-",
-                    "met": None if s is None else s["median"] <= TARGET_SHAPE_GAP})
-    for model, heads in ((EMBEDDED, embedded_heads), (SHAPE_MODEL, (32, 8))):
-        for batch in batches(turns, model):
-            fi, fa = (median_of_rounds(turns, model, run, batch, build_ms) for run in (final, FLASH_ATTN_RUN))
-            plan = plan_ms(kernels, batch, heads)
-            ok = None if None in (fi, fa, plan) else fi <= fa + plan
-            if ok is not None:
-                measured = f"{fi:.3f} ms vs {fa:.3f} + {plan:.3f} ms"
-            elif None in (fi, fa):
-                measured = "no host build times in the engine benchmark"
-            else:
-                measured = (f"{fi:.3f} ms vs {fa:.3f} ms + one plan(), which the kernel benchmark did not time "
-                            f"at batch {batch}")
-            out.append({"target": f"{model}, batch {batch}: host build time per step at most the FLASH_ATTN "
-                                  "draft's plus one plan()", "measured": measured, "met": ok})
-    return out
-
-
-def targets_table(kernels: dict, turns: dict, embedded_heads: tuple[int, int]) -> str:
-    lines = ["| target | measured | met |", "|---|---|---|"]
-    verdict = {True: "yes", False: "**no**", None: "not measured"}
-    lines += [f"| {t['target']} | {t['measured']} | {verdict[t['met']]} |"
-              for t in targets(kernels, turns, embedded_heads)]
-    return "\n".join(lines)
+def idle_cpu(turns: Turns) -> dict[str, float]:
+    """CPU seconds the idle engines used per round: while they ran free (round 1) and while stopped (the rest)."""
+    first = [r.others_cpu_s for e in turns.engines.values() for r in e.rounds if r.index == 1 and r.others_cpu_s is not None]
+    later = [r.others_cpu_s for e in turns.engines.values() for r in e.rounds if r.index > 1 and r.others_cpu_s is not None]
+    return {"free": statistics.median(first) if first else float("nan"),
+            "stopped": statistics.median(later) if later else float("nan")}

@@ -19,26 +19,54 @@ import traceback
 from pathlib import Path
 
 from dflash_fi.engine import instruments
-from dflash_fi.engine.generate import benchmark_round, generate
+from dflash_fi.engine.records import Phase, to_plain
 
 
-def _split_backends(layers: dict[str, str], num_target_layers: int) -> dict[str, list[str]]:
-    """Target layers are model.layers.0..N-1; DFlash's draft layers are numbered from N on."""
-    target, draft = set(), set()
-    for name, backend in layers.items():
-        index = int(name.split("layers.")[1].split(".")[0]) if "layers." in name else -1
-        (target if 0 <= index < num_target_layers else draft).add(backend)
-    return {"target": sorted(target), "draft": sorted(draft)}
+class PhaseWatch:
+    """Where a failure happened, noted by the code it happened in: vLLM's selector (`get_attn_backend_cls`, which
+    refuses a backend) and the drafter's `propose` (a draft step). Anything else fails in the stage the engine is in.
+    A context manager: the two functions are wrapped while it is entered (the engine process never leaves it)."""
 
+    def __init__(self):
+        self.failed_in: Phase | None = None
+        self.proposed = False
+        self._restore = []
 
-def _phase(exc: BaseException, stage: str) -> str:
-    text = str(exc)
-    if "is not valid for this configuration" in text or "No valid attention backend" in text:
-        return "selection"
-    if stage == "generation":
-        files = [frame.filename for frame in traceback.extract_tb(exc.__traceback__)]
-        return "first draft step" if any("spec_decode" in f for f in files) else "generation"
-    return stage
+    def __enter__(self) -> "PhaseWatch":
+        from vllm.platforms import current_platform
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+        watch, platform = self, type(current_platform)
+        select, propose = platform.__dict__.get("get_attn_backend_cls"), SpecDecodeBaseProposer.__dict__["propose"]
+        bound_select = platform.get_attn_backend_cls.__func__
+
+        def watched_select(cls, *args, **kwargs):
+            try:
+                return bound_select(cls, *args, **kwargs)
+            except BaseException:
+                watch.failed_in = watch.failed_in or Phase.SELECTION
+                raise
+
+        def watched_propose(proposer, *args, **kwargs):
+            try:
+                result = propose(proposer, *args, **kwargs)
+            except BaseException:
+                watch.failed_in = watch.failed_in or (Phase.DRAFT_STEP if watch.proposed else Phase.FIRST_DRAFT_STEP)
+                raise
+            watch.proposed = True
+            return result
+
+        platform.get_attn_backend_cls = classmethod(watched_select)
+        SpecDecodeBaseProposer.propose = watched_propose
+        self._restore = [(platform, "get_attn_backend_cls", select), (SpecDecodeBaseProposer, "propose", propose)]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, original in self._restore:
+            if original is None:
+                delattr(owner, name)  # it was inherited
+            else:
+                setattr(owner, name, original)
 
 
 def _flash_attn_log_lines(log_file: str | None) -> list[str]:
@@ -49,79 +77,77 @@ def _flash_attn_log_lines(log_file: str | None) -> list[str]:
     return sorted({m.group(0).strip() for m in re.finditer(r"[^\n]*FlashAttention version[^\n]*", text)})[:4]
 
 
-def _serve(llm, prompts, spec: dict, address: str) -> list[dict]:
+def _serve(llm, prompts, spec, address: str) -> list[dict]:
     """Benchmark rounds on request: the parent alternates engines, so only one engine works at a time."""
     from multiprocessing.connection import Client
+
+    from dflash_fi.engine.generate import benchmark_round
 
     rounds = []
     with Client(address) as parent:
         parent.send({"ready": True})
         while (request := parent.recv()).get("round") is not None:
-            rows = benchmark_round(llm, prompts, spec, warm_up=not rounds)
-            rounds.append({"round": request["round"], "batches": rows})
-            parent.send({"done": request["round"], "batches": rows})
+            batches = [to_plain(b) for b in benchmark_round(llm, prompts, spec, warm_up=not rounds)]
+            rounds.append({"index": request["round"], "batches": batches})
+            parent.send({"done": request["round"], "batches": batches})
     return rounds
 
 
 def main(spec_path: str, result_path: str, address: str | None = None) -> int:
-    spec = json.loads(Path(spec_path).read_text())
     result: dict = {"ok": False}
-    stage = "import"
+    stage, watch = Phase.IMPORT, PhaseWatch()
     try:
         from vllm import LLM
         from vllm.inputs import TokensPrompt
 
+        from dflash_fi.engine.generate import benchmark_round, generate
         from dflash_fi.engine.spec import RunSpec, engine_arguments
         from dflash_fi.engine.workloads import workload_requests
         from dflash_fi.models import load_prompts
         from dflash_fi.reference.tokenizer import prompt_ids
 
-        texts = load_prompts(spec["prompts_file"])
-        if spec["num_prompts"] > len(texts):
-            load_prompts(spec["prompts_file"], spec["num_prompts"])  # says how many there are
+        spec = RunSpec.from_json(json.loads(Path(spec_path).read_text()))
+        texts = load_prompts(spec.prompts_file)
         # Local (byte-level) models see prompts as in training; hub models tokenize the text themselves.
-        local_target = Path(spec["target"]).is_dir()
+        local_target = Path(spec.target).is_dir()
 
         def as_prompt(text):
             return TokensPrompt(prompt_token_ids=prompt_ids(text)) if local_target else text
 
-        stage = "engine start"
+        watch.__enter__()  # for the life of this process
+        stage = Phase.ENGINE_START
         t0 = time.time()
-        llm = LLM(**engine_arguments(RunSpec(**spec)))
+        llm = LLM(**engine_arguments(spec))
         result["engine_start_s"] = round(time.time() - t0, 2)
-        num_target_layers = llm.llm_engine.model_config.hf_config.num_hidden_layers
-        result["backends"] = _split_backends(llm.collective_rpc(instruments.attention_backends)[0], num_target_layers)
+        backends = llm.collective_rpc(instruments.attention_backends)[0]
+        result["target_backends"], result["draft_backends"] = backends["target"], backends["draft"]
         graphs = llm.collective_rpc(instruments.cudagraph_state)[0]
         result["cudagraph_mode"], result["max_cudagraph_capture_size"] = graphs["mode"], graphs["max_capture_size"]
         result["flash_attn_version"] = llm.collective_rpc(instruments.flash_attn_version)[0]
         llm.collective_rpc(instruments.build_times, kwargs={"install": True})
+        llm.collective_rpc(instruments.step_times, kwargs={"install": True})
 
-        stage = "generation"
-        detokenize = spec["load_format"] != "dummy"
-        bench_prompts = [as_prompt(t) for t in texts[: spec["num_prompts"]]]
+        stage = Phase.GENERATION
+        detokenize = spec.load_format != "dummy"
+        bench_prompts = [as_prompt(t) for t in texts[: spec.num_prompts]]
         if address:
             result["rounds"] = _serve(llm, bench_prompts, spec, address)
-        elif spec.get("batch_sizes"):
-            result["rounds"] = [{"round": 1, "batches": benchmark_round(llm, bench_prompts, spec, warm_up=True)}]
+        elif spec.bench is not None:
+            result["rounds"] = [{"index": 1, "batches": [to_plain(b) for b in benchmark_round(llm, bench_prompts, spec,
+                                                                                               warm_up=True)]}]
         else:
-            for workload in spec["workloads"]:
+            result["generates"] = {}
+            for workload in spec.workloads:
                 requests = [(as_prompt(t), n) for t, n in
-                            workload_requests(workload, texts, spec["num_prompts"], spec["max_new_tokens"])]
-                run = generate(llm, requests, spec["speculative"], spec.get("logprobs"), detokenize)
-                if workload == "uniform":
-                    result.update(run)
-                else:
-                    result[workload] = run
+                            workload_requests(workload, texts, spec.num_prompts, spec.max_new_tokens)]
+                run = generate(llm, requests, spec.run.speculative, spec.logprobs, detokenize)
+                result["generates"][workload.value] = to_plain(run)
         if os.environ.get(instruments.PROFILE_BUILDS_ENV):
-            result["metadata_build_profiles"] = llm.collective_rpc(instruments.build_profiles)[0]
+            result["build_profiles"] = llm.collective_rpc(instruments.build_profiles)[0]
         result["ok"] = True
     except BaseException as exc:  # the record must say what failed, whatever it was
-        result["error"] = {
-            "type": type(exc).__name__,
-            "message": str(exc)[:2000],
-            "phase": _phase(exc, stage),
-            "traceback_tail": traceback.format_exc()[-2500:],
-        }
+        result["failure"] = {"type": type(exc).__name__, "message": str(exc)[:2000],
+                             "phase": (watch.failed_in or stage).value, "traceback_tail": traceback.format_exc()[-2500:]}
     result["flash_attn_log_lines"] = _flash_attn_log_lines(os.environ.get("DFLASH_FI_LOG_FILE"))
     Path(result_path).write_text(json.dumps(result))
     return 0

@@ -1,21 +1,23 @@
-"""Generation inside one engine process, and what each generate records.
+"""Generation inside one engine process, and what each generate records (`GenerateResult`).
 
 For every generate: the tokens, their sha256, time and tokens/s, TPOT from vLLM's per-request timestamps,
 vLLM's own spec-decode counters over the generate (tau, per-position acceptance), the host time of the
-attention metadata builds per decoding step, and, when the spec asks for the target's logprobs, the near-ties:
-per request, the output positions where the target's two best candidates were less than NEAR_TIE_CAP apart
-(position, gap in nats). Where two engines' outputs part, the near-tie rule looks up the gap there
-(`dflash_fi.evidence.near_ties`).
+attention metadata builds per builder, the intervals between the engine's steps, and, when the spec asks for
+the target's logprobs, the near-ties: per request, the output positions where the target's two best candidates
+were less than NEAR_TIE_CAP apart (position, gap in nats). Where two engines' outputs part, the near-tie rule
+looks up the gap there (`dflash_fi.evidence.near_ties`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 import time
 
-from dflash_fi.engine.instruments import build_times
+from dflash_fi.engine.instruments import build_times, step_times
+from dflash_fi.engine.records import (Acceptance, BatchRun, BuildKey, BuildTiming, GenerateResult, StepTimes,
+                                      decoding_steps)
+from dflash_fi.engine.spec import RunSpec
 
 # Gaps (nats between the target's best and second-best candidate) recorded per output position; the rest are
 # confident choices. Far above any near-tie margin the evidence uses, far below a confident token's gap.
@@ -36,18 +38,13 @@ def counters(llm) -> dict:
     }
 
 
-def acceptance(before: dict, after: dict) -> dict:
-    """tau and per-position acceptance over what happened between two counter readings."""
+def acceptance(before: dict, after: dict) -> Acceptance:
+    """What happened between two counter readings: drafts, accepted tokens, acceptance per draft position."""
     drafts = after["num_drafts"] - before["num_drafts"]
-    accepted = after["num_accepted_tokens"] - before["num_accepted_tokens"]
     per_pos = [a - b for a, b in zip(after["per_pos"], before["per_pos"] or [0] * len(after["per_pos"]))]
-    return {
-        "num_drafts": drafts,
-        "num_draft_tokens": after["num_draft_tokens"] - before["num_draft_tokens"],
-        "num_accepted_tokens": accepted,
-        "tau": 1 + accepted / drafts if drafts else None,
-        "per_position_acceptance": [a / drafts for a in per_pos] if drafts else None,
-    }
+    return Acceptance(num_drafts=drafts, num_draft_tokens=after["num_draft_tokens"] - before["num_draft_tokens"],
+                      num_accepted_tokens=after["num_accepted_tokens"] - before["num_accepted_tokens"],
+                      per_position=tuple(a / drafts for a in per_pos) if drafts else ())
 
 
 def tpot_ms(outputs) -> float | None:
@@ -61,18 +58,23 @@ def tpot_ms(outputs) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
-def near_ties(output, cap: float = NEAR_TIE_CAP) -> list[list]:
-    """[position, gap] for each output position where the target's top two logprobs are within `cap`."""
+def near_ties(output, cap: float = NEAR_TIE_CAP) -> tuple[tuple[int, float], ...]:
+    """(position, gap) for each output position where the target's top two logprobs are within `cap`."""
     ties = []
     for position, candidates in enumerate(output.outputs[0].logprobs or []):
         best = sorted((c.logprob for c in candidates.values()), reverse=True)[:2]
         if len(best) == 2 and best[0] - best[1] < cap:
-            ties.append([position, round(best[0] - best[1], 4)])
-    return ties
+            ties.append((position, round(best[0] - best[1], 4)))
+    return tuple(ties)
+
+
+def builds_of(snapshot: list[dict]) -> tuple[BuildTiming, ...]:
+    return tuple(BuildTiming(BuildKey(**b["key"]), b["builds"], round(b["seconds"], 6), b["largest_tokens"],
+                             b["above_largest_graph"]) for b in snapshot)
 
 
 def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None = None,
-             detokenize: bool = True) -> dict:
+             detokenize: bool = True) -> GenerateResult:
     """One `llm.generate` over (prompt, max_tokens) requests, greedy; its record."""
     from vllm import SamplingParams
 
@@ -80,62 +82,36 @@ def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None
                              logprobs=logprobs) for _, max_tokens in requests]
     before = counters(llm) if speculative else None
     llm.collective_rpc(build_times)  # reset
+    llm.collective_rpc(step_times)
     t0 = time.perf_counter()
     outputs = llm.generate([prompt for prompt, _ in requests], params, use_tqdm=False)
     seconds = time.perf_counter() - t0
-    builds = llm.collective_rpc(build_times)[0]
-    tokens = [list(o.outputs[0].token_ids) for o in outputs]
-    run = {
-        "num_requests": len(requests),
-        "generate_s": round(seconds, 4),
-        "output_tokens_per_s": round(sum(map(len, tokens)) / seconds, 1),
-        "tpot_ms": tpot_ms(outputs),
-        "tokens": tokens,
-        "tokens_sha256": hashlib.sha256(json.dumps(tokens).encode()).hexdigest(),
-    }
-    if logprobs:
-        run["near_ties"], run["near_tie_cap"] = [near_ties(o) for o in outputs], NEAR_TIE_CAP
-    if speculative:
-        run.update(acceptance(before, counters(llm)))
-    steps = run["num_drafts"] / len(requests) if speculative else max(n for _, n in requests)
-    run["metadata_build_ms_per_step"] = {w: round(e[1] * 1000 / max(steps, 1), 4) for w, e in builds.items()}
-    run["metadata_builds_per_step"] = {w: round(e[0] / max(steps, 1), 2) for w, e in builds.items()}
-    run["largest_build_tokens"] = {w: e[2] for w, e in builds.items()}
-    run["builds_larger_than_largest_graph"] = {w: e[3] for w, e in builds.items()}
-    return run
+    builds = builds_of(llm.collective_rpc(build_times)[0])
+    intervals = llm.collective_rpc(step_times)[0]
+    tokens = tuple(tuple(o.outputs[0].token_ids) for o in outputs)
+    accepted = acceptance(before, counters(llm)) if speculative else None
+    return GenerateResult(
+        num_requests=len(requests), generate_s=round(seconds, 4),
+        output_tokens_per_s=round(sum(map(len, tokens)) / seconds, 1),
+        # the engine's own steps where they were counted (every model-runner call, prefills included)
+        steps=len(intervals) + 1 if intervals else decoding_steps(accepted, len(requests), max(n for _, n in requests)),
+        tokens_sha256=hashlib.sha256(json.dumps(tokens).encode()).hexdigest(), tokens=tokens,
+        tpot_ms=tpot_ms(outputs), acceptance=accepted,
+        near_ties=tuple(near_ties(o) for o in outputs) if logprobs else None,
+        near_tie_cap=NEAR_TIE_CAP if logprobs else None, builds=builds, step_times=StepTimes.of(intervals))
 
 
-def benchmark_round(llm, prompts: list, spec: dict, warm_up: bool) -> list[dict]:
-    """One round of the benchmark, per batch size b: the first b prompts together, `repeats` times (after a
-    warm-up generate when `warm_up`); batch 1 decodes `spec["extra"]["batch1_prompts"]` prompts one at a time
-    instead, and reports the median. Each row keeps every generate's tokens/s."""
-    rows, new_tokens = [], spec["max_new_tokens"]
-    detokenize = spec["load_format"] != "dummy"
-
-    def timed(requests):
-        return generate(llm, requests, spec["speculative"], detokenize=detokenize)
-
-    for batch in spec["batch_sizes"]:
-        groups = ([[(p, new_tokens)] for p in prompts[: spec["extra"].get("batch1_prompts", 1)]] if batch == 1
+def benchmark_round(llm, prompts: list, spec: RunSpec, warm_up: bool) -> tuple[BatchRun, ...]:
+    """One round of the benchmark, per batch size b: the first b prompts together, `repeats` times (after a warm-up
+    generate when `warm_up`); batch 1 decodes `batch1_prompts` prompts one at a time instead. Tokens are dropped
+    (each generate keeps their hash)."""
+    plan, new_tokens, runs = spec.bench, spec.max_new_tokens, []
+    for batch in plan.batch_sizes:
+        groups = ([[(p, new_tokens)] for p in prompts[: plan.batch1_prompts]] if batch == 1
                   else [[(p, new_tokens) for p in prompts[:batch]]])
         if warm_up:
-            timed(groups[0])  # graphs, allocator, caches
-        runs = [timed(group) for _ in range(spec["repeats"]) for group in groups]
-        median = statistics.median(r["output_tokens_per_s"] for r in runs)
-        typical = min(runs, key=lambda r: abs(r["output_tokens_per_s"] - median))
-        rows.append({
-            "batch": batch, **{k: v for k, v in typical.items() if k not in ("tokens",)},
-            "output_tokens_per_s": median,
-            "generates_tokens_per_s": [r["output_tokens_per_s"] for r in runs],
-            "generates_step_ms": [round(r["generate_s"] * 1000 / _steps(r, spec, len(group)), 4)
-                                  for r, group in zip(runs, groups * spec["repeats"])],
-            "tokens_sha256_per_generate": [r["tokens_sha256"] for r in runs],
-        })
-    return rows
-
-
-def _steps(run: dict, spec: dict, num_requests: int) -> float:
-    """Decoding steps of one generate: target forwards per request."""
-    if spec["speculative"]:
-        return max(run["num_drafts"] / num_requests, 1)
-    return spec["max_new_tokens"]
+            generate(llm, groups[0], spec.run.speculative, detokenize=False)  # graphs, allocator, caches
+        generates = [generate(llm, group, spec.run.speculative, detokenize=False).without_tokens()
+                     for _ in range(plan.repeats) for group in groups]
+        runs.append(BatchRun(batch, tuple(generates)))
+    return tuple(runs)

@@ -1,19 +1,22 @@
 """What an engine records about itself, from inside its worker (run there by `llm.collective_rpc`).
 
-    attention_backends   each attention layer's backend class, as vLLM selected it
+    attention_backends   each attention layer's backend, as vLLM selected it: target layers and draft layers
     cudagraph_state      the CUDA-graph mode the runner resolved, and the largest batch (tokens) it captured
     flash_attn_version   the FlashAttention version vLLM's `get_flash_attn_version` answers for this engine
-    build_times          host time of the attention metadata builds per builder, and the target steps'
-                         sizes (how many were larger than the largest captured graph)
+    build_times          host time of the attention metadata builds per builder, keyed (role, backend, layers),
+                         and how many were larger than the largest captured graph
+    step_times           the intervals between the model runner's successive steps
     build_profiles       with DFLASH_FI_PROFILE_BUILDS set: where the builds spent their host time (cProfile)
+
+Everything returned is plain data (it crosses `collective_rpc`); `dflash_fi.engine.records` types it.
 """
 
 from __future__ import annotations
 
 import cProfile
-import io
 import os
 import pstats
+import sys
 import time
 
 # Set (to anything) in the environment: every metadata build also runs under cProfile, and the record gets
@@ -21,18 +24,27 @@ import time
 PROFILE_BUILDS_ENV = "DFLASH_FI_PROFILE_BUILDS"
 
 
-def attention_backends(worker) -> dict[str, str]:
-    """Attention layer name -> the backend class vLLM selected for it."""
+def _backend(cls) -> dict:
+    """A backend class as data: its path, vLLM's enum name for it, and the dflash-fi step it was patched at."""
+    module = sys.modules.get(cls.__module__)
+    return {"qualname": f"{cls.__module__}.{cls.__qualname__}", "name": cls.get_name(),
+            "step": getattr(module, "DFLASH_FI_STEP", None)}
+
+
+def attention_backends(worker) -> dict[str, list[dict]]:
+    """{"target": [...], "draft": [...]}: the distinct backends of the target's and the drafter's attention layers
+    (the drafter names its own layers: `_draft_attn_layer_names`)."""
     from vllm.model_executor.layers.attention import Attention
 
-    context = worker.model_runner.vllm_config.compilation_config.static_forward_context
-    return {
-        name: f"{type(layer.attn_backend).__module__}.{layer.attn_backend.__qualname__}"
-        if not isinstance(layer.attn_backend, type)
-        else f"{layer.attn_backend.__module__}.{layer.attn_backend.__qualname__}"
-        for name, layer in context.items()
-        if isinstance(layer, Attention)
-    }
+    runner = worker.model_runner
+    draft_layers = getattr(getattr(runner, "drafter", None), "_draft_attn_layer_names", None) or set()
+    found: dict[str, dict[str, dict]] = {"target": {}, "draft": {}}
+    for name, layer in runner.vllm_config.compilation_config.static_forward_context.items():
+        if isinstance(layer, Attention):
+            cls = layer.attn_backend if isinstance(layer.attn_backend, type) else type(layer.attn_backend)
+            backend = _backend(cls)
+            found["draft" if name in draft_layers else "target"][backend["qualname"]] = backend
+    return {role: [found[role][q] for q in sorted(found[role])] for role in found}
 
 
 def cudagraph_state(worker) -> dict:
@@ -53,9 +65,9 @@ def _largest_graph(runner) -> int:
     return runner.compilation_config.max_cudagraph_capture_size or 0
 
 
-def build_times(worker, install: bool = False) -> dict[str, list]:
-    """{where: [builds, seconds, most tokens in one build, builds larger than the largest graph]} since the last
-    call (then reset). `install=True` first wraps every builder's `build()`: the model runner's (one per
+def build_times(worker, install: bool = False) -> list[dict]:
+    """[{"key": {role, backend, layers}, "builds", "seconds", "largest_tokens", "above_largest_graph"}] since the
+    last call (then reset). `install=True` first wraps every builder's `build()`: the model runner's (one per
     attention group, the draft layers' group included) and the drafter's own."""
     runner = worker.model_runner
     if install and not hasattr(runner, "_build_times"):
@@ -63,12 +75,12 @@ def build_times(worker, install: bool = False) -> dict[str, list]:
         profiles = runner._build_profiles = {} if os.environ.get(PROFILE_BUILDS_ENV) else None
         largest = _largest_graph(runner)
 
-        def timed(builder, where):
+        def timed(builder, key: tuple):
             build = builder.build
 
             def timed_build(*args, **kwargs):
                 metadata = kwargs.get("common_attn_metadata", args[1] if len(args) > 1 else None)
-                profile = None if profiles is None else profiles.setdefault(where, cProfile.Profile())
+                profile = None if profiles is None else profiles.setdefault(key, cProfile.Profile())
                 start = time.perf_counter()
                 try:
                     if profile is not None:
@@ -77,7 +89,7 @@ def build_times(worker, install: bool = False) -> dict[str, list]:
                 finally:
                     if profile is not None:
                         profile.disable()
-                    entry = times.setdefault(where, [0, 0.0, 0, 0])
+                    entry = times.setdefault(key, [0, 0.0, 0, 0])
                     tokens = getattr(metadata, "num_actual_tokens", 0)
                     entry[0] += 1
                     entry[1] += time.perf_counter() - start
@@ -88,21 +100,45 @@ def build_times(worker, install: bool = False) -> dict[str, list]:
         for groups in runner.attn_groups:
             for group in groups:
                 for builder in group.metadata_builders:
-                    timed(builder, f"target step, {group.backend.get_name()} ({len(group.layer_names)} layers)")
+                    timed(builder, ("target step", group.backend.get_name(), len(group.layer_names)))
         for group in getattr(getattr(runner, "drafter", None), "draft_attn_groups", []):
             for builder in group.metadata_builders:
-                timed(builder, f"draft step, {group.backend.get_name()} ({len(group.layer_names)} layers)")
+                timed(builder, ("draft step", group.backend.get_name(), len(group.layer_names)))
     times = getattr(runner, "_build_times", {})
-    snapshot = {where: list(entry) for where, entry in times.items()}
+    snapshot = [{"key": {"role": k[0], "backend": k[1], "layers": k[2]}, "builds": e[0], "seconds": e[1],
+                 "largest_tokens": e[2], "above_largest_graph": e[3]} for k, e in times.items()]
     times.clear()
     return snapshot
 
 
-def build_profiles(worker) -> dict[str, str]:
-    """Where the profiled builds spent their time, the 15 costliest functions per builder."""
-    out = {}
-    for where, profile in (getattr(worker.model_runner, "_build_profiles", None) or {}).items():
-        text = io.StringIO()
-        pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(15)
-        out[where] = text.getvalue()[-6000:]
+def step_times(worker, install: bool = False) -> list[float]:
+    """Milliseconds between successive calls of the model runner's `execute_model` since the last call (then
+    reset): the engine's step period, which with CUDA graphs and asynchronous scheduling is what decoding costs."""
+    runner = worker.model_runner
+    if install and not hasattr(runner, "_step_starts"):
+        runner._step_starts = starts = []
+        execute = runner.execute_model
+
+        def timed_execute(*args, **kwargs):
+            starts.append(time.perf_counter())
+            return execute(*args, **kwargs)
+        runner.execute_model = timed_execute
+    starts = getattr(runner, "_step_starts", [])
+    intervals = [round((b - a) * 1000, 4) for a, b in zip(starts, starts[1:])]
+    starts.clear()
+    return intervals
+
+
+def build_profiles(worker, top: int = 20) -> list[dict]:
+    """Where the profiled builds spent their time: per builder, its builds and the `top` functions by own time
+    ({"function", "file", "line", "calls", "own_s", "cumulative_s"}; files shortened after site-packages)."""
+    out = []
+    for (role, backend, layers), profile in (getattr(worker.model_runner, "_build_profiles", None) or {}).items():
+        stats = pstats.Stats(profile).stats
+        rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
+        out.append({"key": {"role": role, "backend": backend, "layers": layers},
+                    "total_s": sum(v[2] for v in stats.values()),
+                    "functions": [{"function": func, "file": file.split("site-packages/")[-1], "line": line,
+                                   "calls": calls, "own_s": own, "cumulative_s": cumulative}
+                                  for (file, line, func), (_, calls, own, cumulative, _) in rows]})
     return out

@@ -1,73 +1,76 @@
-"""Append-only JSON-lines ledger of GPU runs: runs/<gpu>.jsonl, one file per GPU kind.
+"""The ledger as types: engine records, and the walkthrough manifests they point to.
 
-A record is serialised completely before the file is touched, then written with one `write()` on a file
-opened for appending, under an exclusive lock, and fsynced: an interrupted run leaves either the whole
-line or nothing, and earlier lines are never rewritten.
+A walkthrough writes its manifest (`Walkthrough`: id, the runs it planned, the reference decoder's prediction,
+the near-tie margin, the commit) to the GPU's ledger before its engines start, and each engine record names the
+manifest's id. Walkthroughs recorded before manifests kept the id, the planned count and the prediction in every
+engine's spec; `read_ledger` makes manifests of those too.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
-import os
-import re
-import threading
-from pathlib import Path
+from dataclasses import dataclass
 
-from dflash_fi.errors import LedgerCorrupt
-from dflash_fi.stack import REPO_ROOT
+from dflash_fi.engine.identity import RunId
+from dflash_fi.engine.records import EngineRecord
+from dflash_fi.runs import Runs
 
-RUNS_DIR = REPO_ROOT / "runs"
-_in_process = threading.Lock()  # flock guards other processes; this guards this process's threads
+# Walkthroughs recorded before the plan grew to steps 5 and 6 and CUDA graphs had 8 runs, and did not say so.
+EARLIER_PLAN_RUNS = 8
 
 
-def gpu_slug(gpu_name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "unknown-gpu"
+@dataclass(frozen=True)
+class Walkthrough:
+    id: str
+    planned: tuple[RunId, ...] | None  # None: recorded before manifests (only their number is known)
+    planned_count: int
+    reference: dict  # the reference decoder's prediction: tau_noncausal, tau_causal, ...
+    margin: dict | None  # the committed near-tie margin its checks used: {"margin": nats, "file": name}
+    commit: str | None
+    started_at: str = ""
+
+    def to_json(self) -> dict:
+        return {"schema": 2, "kind": "walkthrough", "id": self.id, "planned": [r.to_json() for r in self.planned or ()],
+                "planned_count": self.planned_count, "reference": self.reference, "margin": self.margin,
+                "commit": self.commit, "started_at": self.started_at}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Walkthrough":
+        return cls(data["id"], tuple(RunId.from_json(r) for r in data["planned"]), data["planned_count"],
+                   data["reference"], data.get("margin"), data.get("commit"), data.get("started_at", ""))
 
 
-def ledger_path(gpu_name: str, runs_dir: Path = RUNS_DIR) -> Path:
-    return Path(runs_dir) / f"{gpu_slug(gpu_name)}.jsonl"
+def read_ledger(runs: Runs | None = None) -> tuple[list[EngineRecord], dict[str, Walkthrough]]:
+    """Every engine record under runs/, and every walkthrough's manifest by id."""
+    records, manifests = [], {}
+    for line in (runs or Runs()).ledger():
+        if line.get("kind") == "walkthrough":
+            manifests[line["id"]] = Walkthrough.from_json(line)
+            continue
+        records.append(EngineRecord.from_json(line))
+        extra = (line.get("spec") or {}).get("extra") or {}
+        if line.get("schema") is None and extra.get("walkthrough_id") and extra["walkthrough_id"] not in manifests:
+            manifests[extra["walkthrough_id"]] = Walkthrough(
+                extra["walkthrough_id"], None, extra.get("planned_runs", EARLIER_PLAN_RUNS), extra.get("reference"),
+                None, line.get("git_commit"))
+    return records, manifests
 
 
-def append_record(path: Path, record: dict) -> None:
-    line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with _in_process:
-        _append(path, line)
+def latest_walkthrough(runs: Runs | None = None) -> tuple[Walkthrough, dict[RunId, EngineRecord]] | None:
+    """The most recent complete walkthrough (every planned run recorded): its manifest, and its records by run in
+    the order of the plan's table."""
+    from dflash_fi.evidence.plan import walkthrough_runs
 
-
-def _append(path: Path, line: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        if size:
-            with open(path, "rb") as f:
-                f.seek(size - 1)
-                if f.read(1) != b"\n":
-                    raise LedgerCorrupt(f"{path} does not end with a newline: its last record is incomplete "
-                                        "(restore the file with `git checkout -- runs/`)")
-        written = os.write(fd, line)
-        if written != len(line):
-            raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def read_records(path: Path) -> list[dict]:
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise LedgerCorrupt(f"{path}:{number} is not a JSON record ({exc})") from exc
-    return records
-
-
-def all_records(runs_dir: Path = RUNS_DIR) -> list[dict]:
-    return [r for p in sorted(Path(runs_dir).glob("*.jsonl")) for r in read_records(p)]
+    records, manifests = read_ledger(runs)
+    by_id: dict[str, dict[RunId, EngineRecord]] = {}
+    for r in records:
+        if r.walkthrough in manifests:
+            by_id.setdefault(r.walkthrough, {})[r.run] = r
+    complete = [(manifests[wid], recs) for wid, recs in by_id.items()
+                if len(recs) == manifests[wid].planned_count
+                and (manifests[wid].planned is None or set(manifests[wid].planned) == set(recs))]
+    if not complete:
+        return None
+    # one ledger file per GPU kind, so file order says nothing of time: the last one to finish wins
+    manifest, recs = max(complete, key=lambda c: max(r.provenance.finished_at for r in c[1].values()))
+    order = {run: i for i, run in enumerate(manifest.planned or walkthrough_runs())}
+    return manifest, dict(sorted(recs.items(), key=lambda kv: order.get(kv[0], len(order))))

@@ -16,10 +16,10 @@ kept in `runs/<gpu>.near-tie-margin-<commit>.json`, and the margin is MARGIN_FAC
 
 from __future__ import annotations
 
-import json
-
+from dflash_fi.engine.identity import RunId, Workload, label
+from dflash_fi.engine.records import EngineRecord
 from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.ledger import RUNS_DIR
+from dflash_fi.runs import Kind, Runs
 
 MARGIN_FACTOR = 2.0
 CALIBRATION_PAIRS = (  # (run, baseline): both correct; they differ in one thing
@@ -29,38 +29,35 @@ CALIBRATION_PAIRS = (  # (run, baseline): both correct; they differ in one thing
     (P.FLASH_ATTN, P.NO_SPEC),  # upstream's reference speculation against plain decoding
     (P.FLASH_ATTN_GRAPHS, P.NO_SPEC_GRAPHS),
 )
-CALIBRATION_RUNS = tuple(dict.fromkeys(label for pair in CALIBRATION_PAIRS for label in pair))
+CALIBRATION_RUNS = tuple(dict.fromkeys(run for pair in CALIBRATION_PAIRS for run in pair))
 
 
-def _workload(record: dict, workload: str) -> dict:
-    return record if workload == "uniform" else record.get(workload) or {}
-
-
-def partings(record: dict, baseline: dict, workload: str = "uniform") -> list[dict]:
+def partings(record: EngineRecord, baseline: EngineRecord, workload: Workload = Workload.UNIFORM) -> list[dict]:
     """Each request whose output differs from the baseline's: where it parts, and the baseline's gap there
     (None: at least the recorded cap, a confident token)."""
-    run, base = _workload(record, workload), _workload(baseline, workload)
+    run, base = record.generate(workload), baseline.generate(workload)
     out = []
-    for index, (ours, theirs) in enumerate(zip(run["tokens"], base["tokens"])):
+    for index, (ours, theirs) in enumerate(zip(run.tokens, base.tokens)):
         if ours == theirs:
             continue
         position = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), min(len(ours), len(theirs)))
-        gaps = dict(map(tuple, (base.get("near_ties") or [[]] * len(base["tokens"]))[index]))
+        gaps = dict(base.near_ties[index]) if base.near_ties is not None else {}
         out.append({"request": index, "position": position, "gap": gaps.get(position)})
     return out
 
 
-def near_tie_verdict(record: dict, baseline: dict, margin: dict | None, workload: str = "uniform") -> tuple[bool, str]:
+def near_tie_verdict(record: EngineRecord, baseline: EngineRecord, margin: dict | None,
+                     workload: Workload = Workload.UNIFORM) -> tuple[bool, str]:
     """(passed, what was seen): every parting at a near-tie of the baseline, within the measured margin."""
-    run, base = _workload(record, workload), _workload(baseline, workload)
-    if not (run.get("tokens") and base.get("tokens")):
-        return False, f"no {workload} output recorded"
-    if "near_ties" not in base:
-        return False, f"{baseline['label']!r} recorded no logprobs: the near-tie rule cannot be applied"
+    run, base, name = record.generate(workload), baseline.generate(workload), repr(label(baseline.run))
+    if not (run and run.tokens and base and base.tokens):
+        return False, f"no {Workload(workload).value} output recorded"
+    if base.near_ties is None:
+        return False, f"{name} recorded no logprobs: the near-tie rule cannot be applied"
     parted = partings(record, baseline, workload)
-    where = f"{len(parted)} of {len(base['tokens'])} requests parted from {baseline['label']!r}"
+    where = f"{len(parted)} of {len(base.tokens)} requests parted from {name}"
     if not parted:
-        return True, f"identical to {baseline['label']!r} on all {len(base['tokens'])} requests"
+        return True, f"identical to {name} on all {len(base.tokens)} requests"
     if margin is None:
         return False, f"{where}, and no near-tie margin is committed (run `dflash-fi near-ties --record`)"
     confident = [p for p in parted if p["gap"] is None or p["gap"] > margin["margin"]]
@@ -72,17 +69,17 @@ def near_tie_verdict(record: dict, baseline: dict, margin: dict | None, workload
     return not confident, f"{detail}; largest gap at a parting {largest} (margin {margin['margin']:.3f}, {margin['file']})"
 
 
-def measure_margin(records: dict[str, dict]) -> dict:
+def measure_margin(records: dict[RunId, EngineRecord]) -> dict:
     """Every parting between the calibration pairs' outputs (both workloads), and the margin derived from them."""
     pairs, gaps = [], []
     for run, baseline in CALIBRATION_PAIRS:
-        for workload in ("uniform", "mixed"):
-            a, b = records.get(run, {}), records.get(baseline, {})
-            if not (a.get("ok") and b.get("ok") and _workload(a, workload).get("tokens")):
+        for workload in Workload:
+            a, b = records.get(run), records.get(baseline)
+            if not (a and b and a.ok and b.ok and a.generate(workload) and b.generate(workload)):
                 continue
             parted = partings(a, b, workload)
-            pairs.append({"run": run, "baseline": baseline, "workload": workload,
-                          "requests": len(_workload(b, workload)["tokens"]), "parted": parted})
+            pairs.append({"run": run.to_json(), "baseline": baseline.to_json(), "workload": workload.value,
+                          "requests": len(b.generate(workload).tokens), "parted": parted})
             gaps += [p["gap"] for p in parted]
     measured = [g for g in gaps if g is not None]
     return {
@@ -93,45 +90,36 @@ def measure_margin(records: dict[str, dict]) -> dict:
     }
 
 
-def committed_margin(runs_dir=RUNS_DIR) -> dict | None:
+def committed_margin(runs: Runs | None = None) -> dict | None:
     """The newest committed near-tie margin measurement ({"margin", "file", ...}), or None."""
-    files = sorted(runs_dir.glob("*.near-tie-margin*.json"))
+    files = (runs or Runs()).files(Kind.NEAR_TIE_MARGIN)
     if not files:
         return None
-    newest = max(files, key=lambda f: json.loads(f.read_text())["finished_at"])
-    measured = json.loads(newest.read_text())
-    return {**measured, "file": newest.name} if measured.get("margin") is not None else None
+    newest = max(files, key=lambda f: f.finished_at)
+    measured = newest.read()
+    return {**measured, "file": newest.path.name} if measured.get("margin") is not None else None
 
 
-
-def run_calibration(record: bool = False, out=None, runs_dir=RUNS_DIR, print_fn=print) -> dict:
+def run_calibration(record: bool = False, out=None, runs: Runs | None = None, print_fn=print) -> dict:
     """`dflash-fi near-ties`: run the calibration pairs' engines (the walkthrough's own specs) on this GPU and
     measure the margin; with `record`, append the engines to the ledger and write the measurement to runs/."""
     import time
-    from pathlib import Path
 
     from dflash_fi.engine.pool import run_engines, share_gpus
-    from dflash_fi.errors import BadInput
-    from dflash_fi.evidence.ledger import append_record, gpu_slug, ledger_path
+    from dflash_fi.runs import result_path, write_result
     from dflash_fi.stack import git_commit, require_gpu, run_context
 
+    runs = runs or Runs()
     gpu = require_gpu("dflash-fi near-ties")
-    name = f"{gpu_slug(gpu.name)}.near-tie-margin-{(git_commit() or 'unknown')[:7]}.json"
-    path = Path(out) if out else (Path(runs_dir) if record else Path("artifacts")) / name
-    if record and path.exists():
-        raise BadInput(f"{path} is already recorded and runs/ is append-only: give --out for a new file")
-    specs = [s for s in P.walkthrough_plan() if s.label in CALIBRATION_RUNS]
+    path = result_path(Kind.NEAR_TIE_MARGIN, gpu.name, (git_commit() or "unknown")[:7], record, out, runs)
+    specs, slots = share_gpus([s for s in P.walkthrough_plan() if s.run in CALIBRATION_RUNS])
     calibration_id = time.strftime("%Y%m%dT%H%M%S")
-    for spec in specs:
-        spec.extra = {"near_tie_calibration": calibration_id}
-    ledger = ledger_path(gpu.name, runs_dir)
-    records = run_engines(specs, share_gpus(specs), f"dflash-fi near-ties (id {calibration_id})",
-                          on_record=(lambda r: append_record(ledger, r)) if record else None, print_fn=print_fn)
+    records = {r.run: r for r in run_engines(specs, slots, f"dflash-fi near-ties (id {calibration_id})",
+                                             on_record=(lambda r: runs.append(gpu.name, r.to_json())) if record else None,
+                                             print_fn=print_fn)}
     measured = {**measure_margin(records), "gpu": gpu.name, "compute_capability": gpu.sm,
                 "calibration_id": calibration_id, **run_context()}
     print_fn(f"{measured['partings']} partings between correct pairs, largest gap {measured['largest_gap']}, "
              f"{measured['partings_at_confident_tokens']} at a confident token; margin {measured['margin']}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(measured, indent=1) + "\n")
-    print_fn(f"written: {path}")
+    print_fn(f"written: {write_result(path, measured, record)}")
     return measured

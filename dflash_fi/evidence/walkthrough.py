@@ -9,36 +9,51 @@ Without one: the list of checks that were not run, and the last walkthrough reco
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 import time
 import uuid
-from pathlib import Path
 
-from dflash_fi.evidence.checks import CHECKS, check_records
-from dflash_fi.evidence.ledger import RUNS_DIR, append_record, ledger_path
+from dflash_fi.errors import NoRecord
+from dflash_fi.evidence.checks import Verdict, check_records, checks
+from dflash_fi.evidence.ledger import Walkthrough
 from dflash_fi.evidence.near_ties import committed_margin, measure_margin
 from dflash_fi.evidence.plan import expected_to_fail, walkthrough_plan
-from dflash_fi.evidence.report import latest_walkthrough, provenance, render_mixed_table, render_table
+from dflash_fi.evidence.report import recorded_walkthrough, render_mixed_table, render_table
+from dflash_fi.models import DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS
+from dflash_fi.runs import Kind, Runs
 
 
-def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, runs_dir: Path = RUNS_DIR,
-                        print_fn=print) -> tuple[dict, list]:
-    from dflash_fi.stack import require_gpu
-
-    gpu = require_gpu("the GPU part of the walkthrough")
-    specs = walkthrough_plan(num_prompts, max_new_tokens)
-    walkthrough_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
-    for spec in specs:
-        spec.extra = {"walkthrough_id": walkthrough_id, "planned_runs": len(specs), "reference": reference}
+def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, runs: Runs | None = None,
+                        print_fn=print) -> tuple[Walkthrough, dict, list]:
+    """The engines of the plan on every GPU there is, each record appended to the GPU's ledger after the walkthrough's
+    manifest; the checks over them."""
     from dflash_fi.engine.pool import run_engines, share_gpus, visible_gpus
+    from dflash_fi.stack import git_commit, require_gpu
 
-    slots = share_gpus(specs)  # correctness runs: several engines to a GPU where it has room
-    ledger = ledger_path(gpu.name, runs_dir)
+    runs = runs or Runs()
+    gpu = require_gpu("the GPU part of the walkthrough")
+    specs, slots = share_gpus(walkthrough_plan(num_prompts, max_new_tokens))  # correctness runs share GPUs
+    margin = committed_margin(runs)
+    manifest = Walkthrough(id=time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6],
+                           planned=tuple(s.run for s in specs), planned_count=len(specs), reference=reference,
+                           margin={"margin": margin["margin"], "file": margin["file"]} if margin else None,
+                           commit=git_commit(), started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    runs.append(gpu.name, manifest.to_json())
     print_fn(f"  {len(specs)} engine runs on {len(visible_gpus())} GPU(s) ({gpu.name}), {len(slots)} at a time, "
-             f"walkthrough {walkthrough_id}")
-    records = run_engines(specs, slots, f"dflash-fi walkthrough (id {walkthrough_id})",
-                          on_record=lambda record: append_record(ledger, record), expected_to_fail=expected_to_fail,
-                          print_fn=print_fn)
-    return records, check_records(records, reference, committed_margin(runs_dir))
+             f"walkthrough {manifest.id}")
+
+    def recorded(record):
+        from dataclasses import replace
+
+        record = replace(record, walkthrough=manifest.id)
+        runs.append(gpu.name, record.to_json())
+        return record
+
+    records = {r.run: r for r in run_engines(specs, slots, f"dflash-fi walkthrough (id {manifest.id})",
+                                             on_record=recorded, expected_to_fail=expected_to_fail, print_fn=print_fn)}
+    return manifest, records, check_records(records, reference, margin)
 
 
 def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) -> dict:
@@ -87,12 +102,37 @@ def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) ->
     return reference
 
 
-def main(num_prompts: int = 32, max_new_tokens: int = 128, runs_dir: Path = RUNS_DIR) -> int:
-    from dflash_fi.evidence.ledger import all_records
-    from dflash_fi.models import CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, require_count
+class _Tee(io.TextIOBase):
+    """What the walkthrough prints, on the terminal and kept for its transcript under runs/."""
+
+    def __init__(self, terminal):
+        self.terminal, self.kept = terminal, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.kept.write(text)
+        return self.terminal.write(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+
+
+def main(num_prompts: int = DEFAULT_NUM_PROMPTS, max_new_tokens: int = DEFAULT_NEW_TOKENS,
+         runs: Runs | None = None) -> int:
+    """The walkthrough; on a GPU its whole output is also written to runs/<gpu>.walkthrough-<id>.txt."""
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        code, gpu, walkthrough_id = _main(num_prompts, max_new_tokens, runs or Runs())
+    if walkthrough_id is not None:
+        path = (runs or Runs()).write_new(Kind.WALKTHROUGH, gpu.name, walkthrough_id, tee.kept.getvalue())
+        print(f"this output: {path}")
+    return code
+
+
+def _main(num_prompts: int, max_new_tokens: int, runs: Runs):
+    from dflash_fi.models import CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, require_count, require_prompts
     from dflash_fi.stack import cuda_gpu, doctor, require_pinned_stack
 
-    require_count("--prompts", num_prompts)
+    require_prompts(num_prompts)
     require_count("--max-new-tokens", max_new_tokens)
     print("== 0. the stack")
     doctor()
@@ -106,30 +146,29 @@ def main(num_prompts: int = 32, max_new_tokens: int = 128, runs_dir: Path = RUNS
     print("\n== 5. DFlash in vLLM on the GPU")
     if not gpu:
         print(f"   SKIPPED (no CUDA GPU here): the {len(walkthrough_plan())} engine runs and these checks:")
-        for check in CHECKS:
+        for check in checks():
             print(f"     NOT RUN  {check.name}")
-        latest = latest_walkthrough(all_records(runs_dir))
-        if latest:
-            wid, records = latest
-            print(f"\n   The last walkthrough recorded in runs/, not re-run here:\n   "
-                  f"{provenance(next(iter(records.values())), wid)}\n")
-            print(render_table(records))
-            if any("mixed" in r for r in records.values()):
-                print("\n" + render_mixed_table(records))
-        return 0
-    records, checks = run_gpu_walkthrough(num_prompts, max_new_tokens, reference, runs_dir)
+        try:
+            _, records, source = recorded_walkthrough(runs)
+        except NoRecord:  # nothing recorded yet: nothing to show
+            return 0, gpu, None
+        print(f"\n   The last walkthrough recorded in runs/, not re-run here:\n   {source}\n")
+        print(render_table(records))
+        print("\n" + render_mixed_table(records))
+        return 0, gpu, None
+    manifest, records, results = run_gpu_walkthrough(num_prompts, max_new_tokens, reference, runs)
     print()
     print(render_table(records))
     print("\nThe mixed-batch rows (the same engines' second workload):\n")
     print(render_mixed_table(records))
-    margin, own = committed_margin(runs_dir), measure_margin(records)
-    print(f"\nNear-tie margin: {margin['margin']:.3f} nats from {margin['file']}" if margin else
-          "\nNear-tie margin: none committed (`dflash-fi near-ties --record`): every parting fails")
+    own = measure_margin(records)
+    print(f"\nNear-tie margin: {manifest.margin['margin']:.3f} nats from {manifest.margin['file']}" if manifest.margin
+          else "\nNear-tie margin: none committed (`dflash-fi near-ties --record`): every parting fails")
     print(f"This walkthrough's own correct pairs parted {own['partings']} times, at gaps up to "
           f"{own['largest_gap'] if own['largest_gap'] is not None else '-'} "
           f"({own['partings_at_confident_tokens']} at a confident token)\n")
-    for check in checks:
+    for check in results:
         print(check.line())
-    failed = [c for c in checks if c.passed is not True]
-    print(f"\n{len(checks) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    failed = [c for c in results if c.verdict is not Verdict.PASS]
+    print(f"\n{len(results) - len(failed)} passed, {len(failed)} failed or not run")
+    return (1 if failed else 0), gpu, manifest.id

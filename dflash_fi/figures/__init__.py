@@ -9,14 +9,15 @@
 Each function returns a matplotlib Figure; notebooks show it inline, `dflash-fi figures` writes the
 benchmark ones as SVG under docs/figures/.
 
-May import: dflash_fi.reference, dflash_fi.bench, dflash_fi.evidence, dflash_fi.vocabulary, dflash_fi.lab.
+May import: dflash_fi.reference, dflash_fi.bench, dflash_fi.evidence, dflash_fi.engine, dflash_fi.vocabulary,
+dflash_fi.lab.
 """
 
 from dflash_fi.figures.acceptance import acceptance_by_position, tau_by_step
 from dflash_fi.figures.attention import block_masks, selector_grid
 from dflash_fi.figures.benchmarks import FIGURES_DIR, draft_step_time, e2e_pairs, kernel_times, write_benchmark_figures
 
-MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.bench", "dflash_fi.evidence", "dflash_fi.vocabulary",
+MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.bench", "dflash_fi.evidence", "dflash_fi.engine", "dflash_fi.vocabulary",
               "dflash_fi.lab")
 
 __all__ = ["FIGURES_DIR", "acceptance_by_position", "block_masks", "draft_step_time", "e2e_pairs", "kernel_times",

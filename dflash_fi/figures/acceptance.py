@@ -6,6 +6,8 @@ reference is the reference decoder's result dict (`tau_noncausal`, `tau_causal`,
 
 from __future__ import annotations
 
+from dflash_fi.engine.identity import RunId, label
+from dflash_fi.engine.records import EngineRecord
 from dflash_fi.figures.style import (COINCIDE_BELOW, COLORS, figure_legend, nearest_earlier, pyplot, series_styles,
                                      short_run_label)
 
@@ -13,14 +15,18 @@ REFERENCE_CURVES = (("noncausal", "reference decoder, non-causal", COLORS["accep
                     ("causal", "reference decoder, causal", COLORS["refused"]))
 
 
-def why_no_numbers(record: dict | None, sep: str = "\n") -> str:
-    """Why a run has no acceptance to draw, in a few words: its error's type and phase, where it has one."""
+def why_no_numbers(record: EngineRecord | None, sep: str = "\n") -> str:
+    """Why a run has no acceptance to draw, in a few words: its failure's type and phase, where it has one."""
     if not record:
         return "not recorded"
-    error = record.get("error")
-    if error:
-        return f"{error.get('type', 'error')}{sep}at {error.get('phase', 'an unknown phase')}"
+    if record.failure:
+        return f"{record.failure.type}{sep}at {record.failure.phase.value}"
     return "no drafts"  # e.g. a run without speculation
+
+
+def _per_position(record: EngineRecord | None) -> tuple[float, ...]:
+    uniform = record.generate() if record else None
+    return uniform.acceptance.per_position if uniform and uniform.acceptance else ()
 
 
 def _series_label(label: str, tau: float | None, near: tuple[str, float] | None) -> str:
@@ -30,7 +36,7 @@ def _series_label(label: str, tau: float | None, near: tuple[str, float] | None)
     return text
 
 
-def acceptance_by_position(records: dict[str, dict], labels: list[str],
+def acceptance_by_position(records: dict[RunId, EngineRecord], runs: list[RunId],
                            title: str = "Acceptance at each draft position", reference: dict | None = None,
                            coincide_below: float = COINCIDE_BELOW):
     """Per-position acceptance of the runs named, from vLLM's spec-decode counters, and with `reference` (the
@@ -40,22 +46,22 @@ def acceptance_by_position(records: dict[str, dict], labels: list[str],
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.6), layout="constrained")
-    series = {label: records[label]["per_position_acceptance"] for label in labels
-              if (records.get(label) or {}).get("per_position_acceptance")}
+    series = {label(run): list(_per_position(records.get(run))) for run in runs if _per_position(records.get(run))}
+    by_name = {label(run): run for run in runs}
     curves = {name: (reference["per_position_acceptance"][key], color)
               for key, name, color in REFERENCE_CURVES} if reference else {}
     near = nearest_earlier({**series, **{name: values for name, (values, _) in curves.items()}}, coincide_below)
     handles, texts = [], []
-    for (label, values), style in zip(series.items(), series_styles(len(series))):
+    for (name, values), style in zip(series.items(), series_styles(len(series))):
         handles += ax.plot(range(1, len(values) + 1), values, **style)
-        texts.append(_series_label(label, records[label].get("tau"), near.get(label)))
+        texts.append(_series_label(name, records[by_name[name]].tau, near.get(name)))
     for name, (values, color) in curves.items():  # thin and on top: visible across the runs' wider lines
         handles += ax.plot(range(1, len(values) + 1), values, color=color, ls="--", lw=1.4, zorder=50)
         texts.append(_series_label(name, None, near.get(name)))
-    for label in labels:
-        if label not in series:  # named, but nothing to draw: say so rather than drop it
+    for run in runs:
+        if label(run) not in series:  # named, but nothing to draw: say so rather than drop it
             handles.append(Line2D([], [], linestyle="none"))
-            texts.append(f"{label}: nothing to draw ({why_no_numbers(records.get(label), sep=' ')})")
+            texts.append(f"{label(run)}: nothing to draw ({why_no_numbers(records.get(run), sep=' ')})")
     drawn = [*series.values(), *(values for values, _ in curves.values())]
     ax.set_xticks(range(1, 1 + max(map(len, drawn), default=15)))
     ax.set_ylim(0, None)
@@ -68,20 +74,20 @@ def acceptance_by_position(records: dict[str, dict], labels: list[str],
     return fig
 
 
-def tau_by_step(records: dict[str, dict], reference: dict, labels: list[str],
+def tau_by_step(records: dict[RunId, EngineRecord], reference: dict, runs: list[RunId],
                 title: str = "Acceptance length tau of each run, against the reference decoder"):
     """tau of each run named, against the reference decoder's two predictions; a run without a tau keeps its
     place on the x axis and says why it has none (its error's type and phase)."""
     from matplotlib.patches import Patch
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(max(9.0, 1.1 * len(labels) + 2), 4.6), layout="constrained")
-    taus = {label: (records.get(label) or {}).get("tau") for label in labels}
+    fig, ax = plt.subplots(figsize=(max(9.0, 1.1 * len(runs) + 2), 4.6), layout="constrained")
+    taus = {run: records[run].tau if run in records else None for run in runs}
     top = max(reference["tau_noncausal"], reference["tau_causal"], *(t for t in taus.values() if t is not None))
-    for x, label in enumerate(labels):
-        tau = taus[label]
+    for x, run in enumerate(runs):
+        tau = taus[run]
         if tau is None:
-            ax.text(x, 1 + 0.03 * (top - 1), f"no tau:\n{why_no_numbers(records.get(label))}", ha="center",
+            ax.text(x, 1 + 0.03 * (top - 1), f"no tau:\n{why_no_numbers(records.get(run))}", ha="center",
                     va="bottom", fontsize=8, color=COLORS["refused"])
             continue
         ax.bar(x, tau - 1, bottom=1, width=0.6, color=COLORS["bar"])
@@ -91,9 +97,9 @@ def tau_by_step(records: dict[str, dict], reference: dict, labels: list[str],
     for key, name, color in (("tau_noncausal", "reference decoder, non-causal block", COLORS["accepted"]),
                              ("tau_causal", "reference decoder, causal block", COLORS["refused"])):
         ax.axhline(reference[key], color=color, ls="--", lw=1.4, label=f"{name} ({reference[key]:.2f})")
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels([short_run_label(label) for label in labels], rotation=20, fontsize=8, ha="right")
-    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels([short_run_label(run) for run in runs], rotation=20, fontsize=8, ha="right")
+    ax.set_xlim(-0.6, len(runs) - 0.4)
     ax.set_ylim(1, 1 + (top - 1) * 1.08)
     ax.set_xlabel("engine run (step N: the FLASHINFER draft with the patch up to step N)")
     ax.set_ylabel("acceptance length tau\n(tokens per target forward)")

@@ -1,7 +1,7 @@
 """Pictures of the benchmarks (notebook 05, README): kernel times, engine throughput, a decoding step's time.
 
 `write_benchmark_figures` (`dflash-fi figures`) writes them as SVG under docs/figures/ (text files, so the tree
-stays free of binaries), from the results files `dflash_fi.bench.results.latest_results` reads.
+stays free of binaries), from the committed results (`dflash_fi.bench.results.latest_kernels`, `dflash_fi.bench.turns.latest_turns`).
 """
 
 from __future__ import annotations
@@ -77,90 +77,95 @@ def kernel_times(results: dict, num_qo_heads: int = 32, num_kv_heads: int = 8,
     return fig
 
 
-def e2e_pairs(turns: dict):
-    """One panel per model: each FlashInfer draft's ratio to the FLASH_ATTN draft, one dot per pair of rounds and
-    a bar at their median, per batch; the target as a dashed line (tokens/s for the embedded pair, where higher is
-    better; time per step for the Qwen3-4B shape, where lower is)."""
-    from dflash_fi.bench.e2e import EMBEDDED, FLASH_ATTN_RUN
-    from dflash_fi.bench.turns import TARGET_RATIO, TARGET_SHAPE_GAP, batches, pair_ratios, spread
+def e2e_pairs(turns):
+    """One panel per pair of models: each engine's ratio to the FLASH_ATTN draft per batch (tokens/s for the embedded
+    pair, where higher is better; time per step for the Qwen3-4B shape, where lower is): the estimate with its 95%
+    interval, one dot per measured round; the second FLASH_ATTN draft (the A/A pair) shows the noise; the target
+    as a dashed line."""
+    from dflash_fi.bench.e2e import flash_attn_draft
+    from dflash_fi.bench.turns import STEP_GAP_TARGET, TOKENS_TARGET, ratio, step_ms, tokens_per_s
+    from dflash_fi.engine.identity import Pair, label
 
     plt = pyplot()
-    models = list(dict.fromkeys(r["model"] for r in turns["rows"]))
-    fig, axes = plt.subplots(1, len(models), figsize=(5.4 * len(models), 3.8), squeeze=False, layout="constrained")
+    pairs = turns.pairs()
+    fig, axes = plt.subplots(1, len(pairs), figsize=(5.6 * len(pairs), 4.0), squeeze=False, layout="constrained")
     handles = {}
-    for ax, model in zip(axes[0], models):
-        drafts = [run for run in dict.fromkeys(r["run"] for r in turns["rows"] if r["model"] == model)
-                  if "FLASHINFER" in run]
-        metric = "tokens_per_s" if model == EMBEDDED else "step_ms"
-        sizes = batches(turns, model)
-        width = 0.8 / max(len(drafts), 1)
-        for k, (run, style) in enumerate(zip(drafts, series_styles(len(drafts)))):
+    for ax, pair in zip(axes[0], pairs):
+        fa = flash_attn_draft(pair)
+        compared = [run for run in turns.runs(pair) if run.speculative and run != fa]
+        metric = tokens_per_s if pair is Pair.EMBEDDED else step_ms
+        sizes = turns.batches(pair)
+        width = 0.8 / max(len(compared), 1)
+        for k, (run, style) in enumerate(zip(compared, series_styles(len(compared)))):
+            name = label(run).replace(", CUDA graphs", "").removeprefix("Qwen3-4B shape: ")
             for i, batch in enumerate(sizes):
-                ratios = pair_ratios(turns, model, run, FLASH_ATTN_RUN, batch, metric)
-                x = i + (k - (len(drafts) - 1) / 2) * width
-                if not ratios:
+                e = ratio(turns, run, fa, batch, metric)
+                if e is None:
                     continue
-                handles[run] = ax.bar(x, spread(ratios)["median"], width=width * 0.9, color=style["color"], alpha=0.35)
-                ax.plot([x] * len(ratios), ratios, linestyle="none", marker=style["marker"], color=style["color"])
-        target = TARGET_RATIO if model == EMBEDDED else 1 + TARGET_SHAPE_GAP
+                x = i + (k - (len(compared) - 1) / 2) * width
+                handles[name] = ax.errorbar(x, e.value, yerr=[[e.value - e.low], [e.high - e.value]], capsize=4,
+                                            color=style["color"], marker=style["marker"], linestyle="none")
+                ax.plot([x + width * 0.25] * len(e.rounds), e.rounds, linestyle="none", marker=".",
+                        color=style["color"], alpha=0.5)
+        target = TOKENS_TARGET.threshold if pair is Pair.EMBEDDED else 1 + STEP_GAP_TARGET.threshold
         handles["target"] = ax.axhline(target, color="black", linestyle="--", linewidth=1)
         ax.axhline(1.0, color="#999999", linewidth=0.8)
         ax.set_xticks(range(len(sizes)), [str(b) for b in sizes])
-        ax.set_xlabel("batch: requests decoded together\n(batch 1: the median of prompts decoded alone)", fontsize=9)
-        ax.set_ylabel("FlashInfer / FLASH_ATTN draft, " + ("tokens/s" if metric == "tokens_per_s" else "step time"))
-        ax.set_title(f"{model}: " + ("higher is better" if metric == "tokens_per_s" else "lower is better"),
+        ax.set_xlabel("batch: requests decoded together\n(batch 1: prompts decoded alone, one after another)", fontsize=9)
+        ax.set_ylabel("over the FLASH_ATTN draft, " + ("tokens/s" if pair is Pair.EMBEDDED else "time per step"))
+        ax.set_title(f"{pair.value}: " + ("higher is better" if pair is Pair.EMBEDDED else "lower is better"),
                      fontsize=10)
-    labels = {"target": "target (0.97x tokens/s; step time +3%)", **{run: f"{run}: median bar, one dot per pair "
-                                                                       "of rounds" for run in handles if run != "target"}}
+    labels = {"target": "target (0.97x tokens/s; step time +3%)",
+              **{k: f"{k}: estimate, 95% interval, one dot per round" for k in handles if k != "target"}}
     figure_legend(fig, list(handles.values()), [labels[k] for k in handles], ncol=1)
-    fig.suptitle(f"{turns.get('gpu', 'GPU')}: FlashInfer draft against FLASH_ATTN draft, engines in turns "
-                 f"({turns.get('rounds')} rounds), CUDA graphs, bf16", fontsize=11)
+    fig.suptitle(f"{turns.gpu}: engines against the FLASH_ATTN draft, in turns, CUDA graphs, bf16", fontsize=11)
     return fig
 
 
-def draft_step_time(turns: dict, batch: int = 1):
-    """Time per decoding step of the FLASH_ATTN draft and each FlashInfer draft (median of rounds), split into
-    the host time of each metadata build and the rest; one panel per model. None when no build was timed."""
-    from dflash_fi.bench.turns import rounds_of
+def draft_step_time(turns, batch: int = 1):
+    """Time per decoding step of each speculative engine (median of measured rounds), split into the host time of
+    each metadata builder and the rest; one panel per pair of models."""
+    import statistics
+
+    from dflash_fi.engine.identity import label
 
     plt = pyplot()
-    models = list(dict.fromkeys(r["model"] for r in turns["rows"] if r.get("metadata_build_ms_per_step")))
-    if not models:
-        return None
-    fig, axes = plt.subplots(1, len(models), figsize=(5.6 * len(models), 4.0), squeeze=False, layout="constrained")
+    pairs = turns.pairs()
+    fig, axes = plt.subplots(1, len(pairs), figsize=(5.6 * len(pairs), 4.2), squeeze=False, layout="constrained")
     colors = {"target step": "#dd8452", "draft step": "#c44e52"}
     handles = {}
-    for ax, model in zip(axes[0], models):
-        runs = [run for run in dict.fromkeys(r["run"] for r in turns["rows"] if r["model"] == model)
-                if run != "no speculation"]
+    for ax, pair in zip(axes[0], pairs):
+        runs = [run for run in turns.runs(pair) if run.speculative and not run.replica]
         for i, run in enumerate(runs):
-            rows = list(rounds_of(turns, model, run, batch).values())
-            if not rows:
+            rounds = list(turns.measured(run, batch).values())
+            if not rounds:
                 continue
-            step = sorted(r["step_ms"] for r in rows)[len(rows) // 2]
+            step = statistics.median(b.step_ms for b in rounds)
             bottom = 0.0
-            for where in sorted({w for r in rows for w in r["metadata_build_ms_per_step"]}):
-                ms = sorted(r["metadata_build_ms_per_step"].get(where, 0.0) for r in rows)[len(rows) // 2]
-                kind = "draft step" if where.startswith("draft step") else "target step"
-                backend = "FLASHINFER" if "FLASHINFER" in where else "FLASH_ATTN"
-                key = f"{kind} builds, {backend}"
-                handles[key] = ax.bar(i, ms, bottom=bottom, width=0.6, color=colors[kind], edgecolor="white",
-                                      alpha=1 if backend == "FLASHINFER" else 0.45)
+            keys = sorted({t.key for b in rounds for g in b.generates for t in g.builds},
+                          key=lambda k: (k.role.value, k.backend))
+            for key in keys:
+                ms = statistics.median(sum(t.seconds for t in g.builds if t.key == key) * 1000 / max(g.steps, 1)
+                                       for b in rounds for g in b.generates)
+                name = f"{key.role.value} builds, {key.backend}"
+                handles[name] = ax.bar(i, ms, bottom=bottom, width=0.6, color=colors[key.role.value],
+                                       edgecolor="white", alpha=1 if key.backend == "FLASHINFER" else 0.45)
                 bottom += ms
             handles["rest of the step (GPU work and the rest of the host's)"] = ax.bar(
-                i, step - bottom, bottom=bottom, width=0.6, color="#bbbbbb")
-            ax.text(i, step, f"{step:.2f} ms\n(builds {bottom:.2f})", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(runs)), [run.replace(" FLASHINFER draft", " FlashInfer") for run in runs], fontsize=8)
+                i, max(step - bottom, 0), bottom=bottom, width=0.6, color="#bbbbbb")
+            ax.text(i, max(step, bottom), f"{step:.2f} ms\n(builds {bottom:.2f})", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(runs)), [label(r).replace(", CUDA graphs", "").removeprefix("Qwen3-4B shape: ")
+                                         .replace(" FLASHINFER draft", " FlashInfer") for r in runs], fontsize=8)
         ax.set_ylabel("ms per decoding step (median of rounds)")
-        ax.set_title(f"{model}, batch {batch}", fontsize=10)
+        ax.set_title(f"{pair.value}, batch {batch}", fontsize=10)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.15)
     figure_legend(fig, list(handles.values()), list(handles), ncol=2)
-    fig.suptitle(f"{turns.get('gpu', 'GPU')}: where a decoding step's time goes (host metadata builds), "
-                 "CUDA graphs, bf16", fontsize=11)
+    fig.suptitle(f"{turns.gpu}: where a decoding step's time goes (host metadata builds), CUDA graphs, bf16",
+                 fontsize=11)
     return fig
 
 
-def write_benchmark_figures(kernels: dict | None, turns: dict | None, out_dir: Path = FIGURES_DIR) -> list[Path]:
+def write_benchmark_figures(kernels: dict | None, turns, out_dir: Path = FIGURES_DIR) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, make, data in (("bench-kernels", kernel_times, kernels), ("bench-e2e", e2e_pairs, turns),

@@ -65,5 +65,8 @@ def figure_legend(fig, handles, labels, ncol: int | None = None, title: str | No
     return legend
 
 
-def short_run_label(label: str) -> str:
-    return label.replace(" FLASHINFER draft", "").replace(" draft", "")
+def short_run_label(run) -> str:
+    """A run's label, short enough for an axis."""
+    from dflash_fi.engine.identity import label
+
+    return label(run).replace(" FLASHINFER draft", "").replace(" draft", "")

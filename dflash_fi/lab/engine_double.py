@@ -1,39 +1,52 @@
 """Double of the engine process (`python -m dflash_fi.engine.child`), for the CPU: no vLLM engine can exist
-without a GPU, but the turn-taking around it can be tested for real (processes, sockets, failures).
+without a GPU, but the turn-taking around it can be tested for real (processes, sockets, pauses, failures).
 
     python -m dflash_fi.lab.engine_double SPEC.json RESULT.json ADDRESS
 
 It speaks the child's protocol: connects to ADDRESS, says it is ready, answers each benchmark round with
-made-up rows (tokens/s from the spec's `extra["tokens_per_s"]`), and writes RESULT.json when told to stop.
-`extra["fail"] == "start"` makes it exit before connecting, as an engine that fails to start does.
+made-up batch runs, and writes RESULT.json when told to stop. Its behaviour comes from its environment:
+DOUBLE_TOKENS_PER_S (tokens/s per request, default 100), DOUBLE_FAIL=start (exit before connecting, as an engine
+that fails to start does), DOUBLE_ROUND_S (seconds a round takes, asleep) and DOUBLE_BUSY_S (seconds of CPU work
+after each round, as an idle vLLM engine's threads may do: what pausing idle engines is for).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 from multiprocessing.connection import Client
 from pathlib import Path
 
+TOKENS_PER_S, FAIL, ROUND_S, BUSY_S = "DOUBLE_TOKENS_PER_S", "DOUBLE_FAIL", "DOUBLE_ROUND_S", "DOUBLE_BUSY_S"
 
-def rows(spec: dict, index: int) -> list[dict]:
-    tps = spec["extra"].get("tokens_per_s", 100.0)
-    return [{"batch": b, "output_tokens_per_s": tps * b, "generates_tokens_per_s": [tps * b],
-             "generates_step_ms": [10.0 / b], "tokens_sha256_per_generate": ["same"], "tau": 2.0,
-             "metadata_build_ms_per_step": {"draft step, FLASHINFER (2 layers)": 0.1}, "round_asked": index}
-            for b in spec["batch_sizes"]]
+
+def batches(spec: dict) -> list[dict]:
+    tps = float(os.environ.get(TOKENS_PER_S, 100.0))
+    generate = {"num_requests": 1, "generate_s": 1.0, "steps": 10.0, "tokens_sha256": "same",
+                "acceptance": {"num_drafts": 10, "num_draft_tokens": 150, "num_accepted_tokens": 10,
+                               "per_position": [0.5] * 15},
+                "builds": [{"key": {"role": "draft step", "backend": "FLASHINFER", "layers": 2}, "builds": 10,
+                            "seconds": 0.001, "largest_tokens": 16, "above_largest_graph": 0}]}
+    return [{"batch": b, "generates": [{**generate, "num_requests": b, "output_tokens_per_s": tps * b}]}
+            for b in spec["bench"]["batch_sizes"]]
 
 
 def main(spec_path: str, result_path: str, address: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
-    if spec["extra"].get("fail") == "start":
+    if os.environ.get(FAIL) == "start":
         return 1
     rounds = []
     with Client(address) as parent:
         parent.send({"ready": True})
         while (request := parent.recv()).get("round") is not None:
-            rounds.append({"round": request["round"], "batches": rows(spec, request["round"])})
+            time.sleep(float(os.environ.get(ROUND_S, 0)))
+            rounds.append({"index": request["round"], "batches": batches(spec)})
             parent.send({"done": request["round"], "batches": rounds[-1]["batches"]})
+            busy_until = time.process_time() + float(os.environ.get(BUSY_S, 0))
+            while time.process_time() < busy_until:  # CPU work while the next engine has its turn
+                pass
     Path(result_path).write_text(json.dumps({"ok": True, "cudagraph_mode": "FULL_AND_PIECEWISE", "rounds": rounds}))
     return 0
 

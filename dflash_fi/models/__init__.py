@@ -21,6 +21,8 @@ MODELS_DIR = Path(__file__).resolve().parent
 DEFAULT_TARGET = MODELS_DIR / "target"
 DEFAULT_DRAFTER = MODELS_DIR / "drafter"
 DEFAULT_PROMPTS = MODELS_DIR / "prompts.json"
+# What the walkthrough and a single run decode by default: held-out prompts x new tokens each.
+DEFAULT_NUM_PROMPTS, DEFAULT_NEW_TOKENS = 32, 128
 # The reference decoder on 2 CPU cores: well under a minute (it re-runs the target every step).
 CPU_REFERENCE_PROMPTS = 16
 CPU_REFERENCE_NEW_TOKENS = 96
@@ -45,6 +47,11 @@ def load_prompts(path: Path = DEFAULT_PROMPTS, n: int | None = None) -> list[str
     if n is not None:
         prompts = prompts[: require_count(f"the number of prompts (in {path})", n, len(prompts))]
     return prompts
+
+
+def require_prompts(n: int, path: Path = DEFAULT_PROMPTS) -> int:
+    """A number of prompts the prompt file has (at least 1)."""
+    return len(load_prompts(path, n))
 
 
 def check_model_dir(what: str, value: str) -> str:

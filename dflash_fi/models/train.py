@@ -160,12 +160,19 @@ def reuse_target(source: Path, out_dir: Path, cfg: TrainConfig, device) -> tuple
 
 def train(out_dir: Path, smoke: bool = False, device: str | None = None, max_files: int | None = None,
           overrides: dict[str, str] | None = None, target_from: Path | None = None,
-          command: str | None = None) -> dict:
+          command: str | None = None, force: bool = False) -> dict:
+    """Train a pair into `out_dir`. A folder that already holds a trained pair (its training.json) is refused unless
+    `force`: the shipped pair is one such folder, and a smoke run would replace it with a useless one."""
     from dflash_fi.reference.evaluate import evaluate_pair
-    from dflash_fi.stack import git_commit
+    from dflash_fi.stack import git_commit, require_gpu
 
     cfg = (TrainConfig.smoke() if smoke else TrainConfig()).with_overrides(overrides or {})
     drafter_dims(cfg)  # bad drafter settings fail before any training
+    if (Path(out_dir) / "training.json").exists() and not force:
+        raise BadInput(f"{out_dir} already holds a trained pair (training.json): choose another --out, or give --force "
+                       "to replace it")
+    if device == "cuda":
+        require_gpu("training on --device cuda")
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(cfg.seed)

@@ -34,6 +34,7 @@ class _PatchedFlashInferLoader(importlib.abc.Loader):
         filename = f"vllm-0.22.1/v1/attention/backends/flashinfer.py+dflash-fi-step{self.step}"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         module.__file__ = filename
+        module.DFLASH_FI_STEP = self.step  # what an engine's record says its backend was built at
         exec(compile(source, filename, "exec"), module.__dict__)
 
 

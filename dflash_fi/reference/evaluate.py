@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from dflash_fi.errors import NoGpu
 from dflash_fi.reference.decode import acceptance_length, greedy_generate, per_position_acceptance, speculative_generate
 from dflash_fi.reference.drafter import CAUSAL, NON_CAUSAL
 from dflash_fi.reference.tokenizer import prompt_ids
@@ -23,6 +24,9 @@ def evaluate_pair(
     target_dir: Path, drafter_dir: Path, prompts: list[str], new_tokens: int, device: str = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> dict:
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise NoGpu(f"the reference decoder on --device {device} needs a CUDA GPU and this machine has none: "
+                    "leave --device out (the CPU)")
     threads = torch.get_num_threads()
     if device == "cpu":
         torch.set_num_threads(min(threads, REFERENCE_CPU_THREADS))

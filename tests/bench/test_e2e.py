@@ -1,0 +1,124 @@
+"""The engine benchmark on the CPU: its plan, engines taking turns for real (processes, sockets, pauses), and what
+its rounds say (paired intervals, the A/A pair, targets met, missed or unresolved). The engine process is
+`dflash_fi.lab.engine_double`: the timings themselves exist only on a GPU."""
+
+import json
+
+import pytest
+
+from dflash_fi.bench.e2e import e2e_plan, flash_attn_draft, flashinfer_draft, write_shape_models
+from dflash_fi.bench.stats import AtLeast, AtMost, Verdict, difference_estimate, ratio_estimate
+from dflash_fi.bench.turns import Turns, build_table, ratio, targets, targets_table, turns_of, turns_table
+from dflash_fi.engine.identity import Pair, RunId
+from dflash_fi.engine.records import (BatchRun, BuildKey, BuildTiming, EngineRecord, GenerateResult, Phase,
+                                      Provenance, Round, StepTimes)
+from dflash_fi.engine.spec import BenchPlan, RunSpec
+
+
+def test_the_plan_has_an_aa_pair_and_every_engine_validates():
+    specs = e2e_plan()
+    runs = [s.run for s in specs]
+    assert len(set(runs)) == len(runs)
+    for pair in Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE:
+        assert {flash_attn_draft(pair), flash_attn_draft(pair, replica=1), flashinfer_draft(pair)} <= set(runs)
+    assert all(s.run.cuda_graphs and s.kv_cache_memory_bytes and s.bench for s in specs)  # reserved KV: side by side
+    for spec in specs:
+        spec.validate()
+
+
+def test_the_qwen3_4b_shape_is_written_as_configs_only(tmp_path):
+    write_shape_models(tmp_path)
+    target = json.loads((tmp_path / "target" / "config.json").read_text())
+    drafter = json.loads((tmp_path / "drafter" / "config.json").read_text())
+    assert (target["num_hidden_layers"], target["hidden_size"], target["num_attention_heads"],
+            target["num_key_value_heads"], target["head_dim"]) == (36, 2560, 32, 8, 128)
+    assert drafter["dflash_config"]["target_layer_ids"] == [1, 9, 17, 25, 33] and drafter["block_size"] == 16
+    assert not list(tmp_path.rglob("*.safetensors"))
+
+
+def test_engines_take_turns_idle_ones_are_stopped_and_a_failed_start_is_recorded():
+    """Real processes and sockets. Each double keeps the CPU busy after its round, as a free-running idle engine can:
+    in round 1 (nobody stopped) the working engine's round sees it; from round 2 on the idle engines are stopped."""
+    from dflash_fi.engine.server import run_in_turns
+    from dflash_fi.lab.engine_double import BUSY_S, FAIL, ROUND_S, TOKENS_PER_S
+
+    a, b, broken = (RunId(step=s, cuda_graphs=True) for s in (5, 6, 7))
+    env = {a: {TOKENS_PER_S: "100", ROUND_S: "0.4", BUSY_S: "1.0"}, b: {TOKENS_PER_S: "50", ROUND_S: "0.4"},
+           broken: {FAIL: "start"}}
+    specs = [RunSpec(run, num_prompts=2, bench=BenchPlan((1, 2))) for run in (a, b, broken)]
+    lines = []
+    records = run_in_turns(specs, rounds=3, command="test", start_timeout_s=60, print_fn=lines.append,
+                           module="dflash_fi.lab.engine_double", env_of=lambda spec: env[spec.run])
+    assert [r.index for r in records[a].rounds] == [1, 2, 3] and records[a].ok
+    assert records[b].rounds[0].batches[1].tokens_per_s == 100.0
+    assert records[broken].ok is False and records[broken].failure.phase is Phase.PROCESS
+    order = [line.split("  ")[2] for line in lines if line.strip().startswith("round")]
+    assert len(order) == 6 and order[0::2] == [order[0]] * 3 and order[0] != order[1]  # A B A B A B
+    busy_neighbour = {r.index: r.others_cpu_s for r in records[b].rounds}  # a spins while b works
+    assert busy_neighbour[1] > 0.1 and busy_neighbour[2] < 0.05 and busy_neighbour[3] < 0.05
+
+
+def generate(tps: float, step_ms: float, build_s: float = 0.001) -> GenerateResult:
+    return GenerateResult(num_requests=1, generate_s=1.0, output_tokens_per_s=tps, steps=100.0, tokens_sha256="x",
+                          step_times=StepTimes(100, step_ms, step_ms, step_ms),
+                          builds=(BuildTiming(BuildKey("draft step", "FLASHINFER", 2), 100, build_s, 16, 0),))
+
+
+def engine(run: RunId, per_round: list[tuple[float, float, float]]) -> EngineRecord:
+    """A benchmark engine's record: (tokens/s, step ms, host build s) per round; round 1 is the warm-up."""
+    rounds = tuple(Round(i, tuple(BatchRun(b, (generate(tps * b, ms, s),)) for b in (1, 8)))
+                   for i, (tps, ms, s) in enumerate(per_round, 1))
+    return EngineRecord(RunSpec(run, num_prompts=8, bench=BenchPlan((1, 8))), True, rounds=rounds,
+                        provenance=Provenance("GPU", "9.0", {}, "abc", "test", "2026-12-01T00:00:00Z"))
+
+
+def turns(final_ratios: list[float], final_build_s: float = 0.001) -> Turns:
+    fa = [(1000.0, 2.0, 0.001)] * (len(final_ratios) + 1)
+    aa = [(1000.0 * (1 + 0.005 * (-1) ** i), 2.0, 0.001) for i in range(len(final_ratios) + 1)]
+    final = [(1000.0, 2.0, final_build_s)] + [(1000.0 * r, 2.0 / r, final_build_s) for r in final_ratios]
+    engines = {r: engine(r, rows) for r, rows in ((flash_attn_draft(Pair.EMBEDDED), fa),
+                                                  (flash_attn_draft(Pair.EMBEDDED, 1), aa),
+                                                  (flashinfer_draft(Pair.EMBEDDED), final))}
+    return Turns(engines, 1, "gpu.bench-turns-abc.json", "GPU", "9.0", "abc", "2026-12-01T00:00:00Z")
+
+
+def test_a_ratio_is_estimated_over_measured_rounds_with_an_interval():
+    t = turns([0.95, 0.99, 1.02, 0.98, 1.00])
+    e = ratio(t, flashinfer_draft(Pair.EMBEDDED), flash_attn_draft(Pair.EMBEDDED), 8)
+    assert e.rounds == pytest.approx((0.95, 0.99, 1.02, 0.98, 1.00))  # the warm-up round left out
+    assert e.low <= e.value <= e.high and e.low < 0.99 < e.high
+    steady = ratio_estimate([0.99] * 5)
+    assert steady.low == pytest.approx(steady.high) == pytest.approx(0.99)  # no noise, no width
+    d = difference_estimate([0.1, 0.2, 0.3])
+    assert d.value == pytest.approx(0.2) and d.low <= 0.2 <= d.high
+
+
+def test_a_target_is_met_missed_or_unresolved_by_its_interval():
+    at_least = AtLeast(0.97, floor=0.95)
+    assert at_least.judge(ratio_estimate([0.98, 0.99, 0.985, 0.99, 0.98])) is Verdict.MET
+    assert at_least.judge(ratio_estimate([0.90, 0.91, 0.92, 0.90, 0.91])) is Verdict.MISSED
+    assert at_least.judge(ratio_estimate([0.90, 1.05, 0.93, 1.02, 0.99])) is Verdict.UNRESOLVED
+    e = ratio_estimate([0.99, 0.91, 1.01, 1.0, 0.97])
+    assert e.value >= 0.97 and e.low < 0.95 and at_least.judge(e) is Verdict.UNRESOLVED  # low end under the floor
+    at_most = AtMost(0.05)
+    assert at_most.judge(difference_estimate([0.01, 0.02, 0.03])) is Verdict.MET
+    assert at_most.judge(difference_estimate([0.5, 0.6, 0.7])) is Verdict.MISSED
+    assert at_most.judge(difference_estimate([0.0, 0.1, 0.04, 0.06])) is Verdict.UNRESOLVED
+    assert at_most.judge(None) is Verdict.NOT_MEASURED
+
+
+def test_the_targets_read_the_results_file_as_written():
+    good, slow = turns([0.99, 0.985, 0.99, 0.98, 0.99]), turns([0.90, 0.91, 0.92, 0.90, 0.91], final_build_s=0.1)
+    assert {t.verdict for t in targets(good)} == {Verdict.MET}
+    found = {(t.what, t.batch): t for t in targets(slow)}
+    assert found[("tokens/s", 8)].verdict is Verdict.MISSED and found[("host build", 1)].verdict is Verdict.MISSED
+    aa = found[("tokens/s", 8)].aa
+    assert aa.low <= 1.0 <= aa.high + 0.01  # the A/A pair: nothing differs, the interval sits at 1
+    data = {"schema": 2, "warm_up_rounds": 1, "gpu": "GPU", "compute_capability": "9.0", "git_commit": "abc",
+            "finished_at": "2026-12-01T00:00:00Z", "engines": [e.to_json() for e in slow.engines.values()]}
+    again = turns_of(json.loads(json.dumps(data)), "f.json")
+    assert [t.verdict for t in targets(again)] == [t.verdict for t in targets(slow)]
+    table = targets_table(slow)
+    assert "| embedded, 8 | at least 0.97x" in table and "| missed |" in table
+    assert "(1.0%)" in turns_table(good, Pair.EMBEDDED)  # the A/A engine moves 1% between rounds
+    assert "| draft step, FLASHINFER (2 layers) | 1.00 | 0.010 | 2.000 |" in build_table(good, Pair.EMBEDDED, 1)
