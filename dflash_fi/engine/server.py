@@ -23,7 +23,7 @@ from multiprocessing.connection import Listener
 from pathlib import Path
 
 from dflash_fi.engine.identity import RunId, label
-from dflash_fi.engine.records import EngineRecord, Failure, Phase, Round
+from dflash_fi.engine.records import EngineRecord, Failure, Phase
 from dflash_fi.engine.runner import EngineProcess
 from dflash_fi.engine.spec import RunSpec
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from dflash_fi.engine.identity import Pair, RunId, Workload
+from dflash_fi.engine.identity import RunId, Workload
 from dflash_fi.errors import BadInput
 from dflash_fi.models import (DEFAULT_DRAFTER, DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS, DEFAULT_PROMPTS,
                               DEFAULT_TARGET, check_model_dir, require_count, require_prompts)
@@ -108,22 +108,6 @@ class RunSpec:
         if data.get("bench"):
             values["bench"] = BenchPlan(**{**data["bench"], "batch_sizes": tuple(data["bench"]["batch_sizes"])})
         return cls(**values)
-
-    @classmethod
-    def from_legacy_json(cls, data: dict) -> "RunSpec":
-        """A spec as records before RunId wrote it (every field at the top; `enforce_eager` before `cuda_graphs`)."""
-        graphs = data.get("cuda_graphs", not data.get("enforce_eager", True))
-        run = RunId(step=data.get("step", 0), speculative=data.get("speculative", True),
-                    draft_backend=data.get("draft_backend"), target_backend=data.get("target_backend"),
-                    kv_cache_dtype=data.get("kv_cache_dtype", "auto"),
-                    flash_attn_version=data.get("flash_attn_version"), cuda_graphs=graphs,
-                    pair=Pair.EMBEDDED if data.get("load_format", "auto") != "dummy" else Pair.QWEN3_4B_SHAPE)
-        known = {f.name for f in fields(cls)} - {"run", "workloads", "bench"}
-        values = {k: v for k, v in data.items() if k in known}
-        workloads = tuple(Workload(w) for w in data.get("workloads", ("uniform",)))
-        bench = (BenchPlan(tuple(data["batch_sizes"]), (data.get("extra") or {}).get("batch1_prompts", 1),
-                           data.get("repeats", 1)) if data.get("batch_sizes") else None)
-        return cls(run=run, workloads=workloads, bench=bench, **values)
 
 
 def engine_arguments(spec: RunSpec) -> dict:

@@ -1,8 +1,5 @@
 """The walkthrough's checks: each step against the step before, the FLASH_ATTN draft and the reference decoder.
-
-Every check names the runs it needs; the list of checks a machine without a GPU cannot run is this list.
-
-Tolerances, and why:
+Every check names the runs it needs (`RunId`s); without a GPU, this list is what is not run. Tolerances, and why:
  - vLLM runs the pair in bf16, the reference decoder in fp32: greedy choices differ on near-ties, the
    sequences then diverge and draft different blocks, so tau is compared within 5% relative.
  - FLASH_ATTN and FlashInfer draft kernels sum in different orders (bf16): tau within 1%. The same 1% holds
@@ -12,7 +9,7 @@ Tolerances, and why:
    measured on other text. An fp8 row shows that non-causal drafting survives fp8: its tau must stay above
    the midpoint between the reference decoder's causal and non-causal tau.
  - Greedy speculative output must equal plain greedy output up to the kernels' rounding: the near-tie rule
-   (`dflash_fi.evidence.near_ties`), against a baseline that differs in one thing only (`plan.BASELINES`).
+   (`dflash_fi.evidence.near_ties`), against a baseline that differs in one thing only (`plan.baselines`).
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ from dflash_fi.engine.records import EngineRecord, Phase, Role, outcome
 from dflash_fi.evidence import plan as P
 from dflash_fi.evidence.near_ties import near_tie_verdict
 
-REFERENCE_TOLERANCE = 0.05
-KERNEL_TOLERANCE = 0.01
+REFERENCE_TOLERANCE, KERNEL_TOLERANCE = 0.05, 0.01
 
 
 class Verdict(Enum):
@@ -43,16 +39,14 @@ class Check:
     verdict: Verdict
     detail: str
 
-    @property
-    def passed(self) -> bool:
-        return self.verdict is Verdict.PASS
+    passed = property(lambda self: self.verdict is Verdict.PASS)
 
     def line(self) -> str:
         return f"{self.verdict.value}  {self.name}: {self.detail}"
 
 
 class NotCheckable(Exception):
-    """A record lacks what a check reads (it was recorded before that was): the check is not run, not failed."""
+    """A record lacks what a check reads (recorded before it was): the check is not run, not failed."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +56,7 @@ class CheckSpec:
     judge: Callable[[list[EngineRecord], dict], tuple[bool, str]]  # (records in `needs` order, context)
 
 
-def _cut(text: str, width: int) -> str:
-    """At most `width` characters, cut between words."""
+def _cut(text: str, width: int) -> str:  # at most `width` characters, cut between words
     return textwrap.shorten(text, width, placeholder=" ...")
 
 
@@ -79,13 +72,12 @@ def _failure(record: EngineRecord, phase: Phase, text: str) -> tuple[bool, str]:
 
 
 def _runs(*records: EngineRecord) -> str | None:
-    failed = [r for r in records if not r.ok]
-    return None if not failed else f"{label(failed[0].run)} did not run: {_cut(outcome(failed[0], True), 200)}"
+    failed = next((r for r in records if not r.ok), None)
+    return failed and f"{label(failed.run)} did not run: {_cut(outcome(failed, True), 200)}"
 
 
 def _tau(record: EngineRecord, workload: Workload) -> float | None:
-    run = record.generate(workload)
-    return run.tau if run else None
+    return run.tau if (run := record.generate(workload)) else None
 
 
 def _same_tau(record: EngineRecord, other: EngineRecord, tolerance: float = KERNEL_TOLERANCE,
@@ -104,7 +96,7 @@ def _identical(record: EngineRecord, baseline: EngineRecord, ctx: dict,
 
 
 def _same_output_and_tau(record: EngineRecord, other: EngineRecord, ctx: dict) -> tuple[bool, str]:
-    return _both(_identical(record, other, ctx), _same_tau(record, other))
+    return _both(_identical(record, other, ctx), _same_tau(record, other))  # what a step that changes no kernel keeps
 
 
 def _matches_reference(record: EngineRecord, predicted: float, which: str) -> tuple[bool, str]:
@@ -116,9 +108,8 @@ def _matches_reference(record: EngineRecord, predicted: float, which: str) -> tu
 
 
 def _graph_mode(record: EngineRecord, mode: str) -> tuple[bool, str]:
-    if why := _runs(record):
-        return False, why
-    return record.cudagraph_mode == mode, f"{label(record.run)!r} resolved {record.cudagraph_mode}"
+    return (False, why) if (why := _runs(record)) else (record.cudagraph_mode == mode,
+                                                       f"{label(record.run)!r} resolved {record.cudagraph_mode}")
 
 
 def _step2_below(s2: EngineRecord, fa: EngineRecord, ref: dict) -> tuple[bool, str]:
@@ -164,7 +155,7 @@ def _mixed_batches_happened(record: EngineRecord) -> tuple[bool, str]:
 
 
 def _both(*verdicts: tuple[bool, str]) -> tuple[bool, str]:
-    return all(ok for ok, _ in verdicts), "; ".join(detail for _, detail in verdicts)
+    return all(ok for ok, _ in verdicts), "; ".join(d for _, d in verdicts)
 
 
 def _identity_checks() -> list[CheckSpec]:

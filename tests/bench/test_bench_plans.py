@@ -1,8 +1,6 @@
 """The kernel benchmark's plan and rows, and the benchmark figures, on the CPU (the timings exist only on a GPU)."""
 
-import json
 
-import pytest
 
 from dflash_fi.bench.e2e import BATCHES
 from dflash_fi.bench.kernels import KERNELS, format_row, shapes

@@ -1,0 +1,163 @@
+"""What one generate records, and a benchmark's rounds: `GenerateResult` and its parts, as types.
+
+    GenerateResult  one `llm.generate`: tokens, speed, vLLM's spec-decode counters, near-ties, metadata builds,
+                    the intervals between the engine's steps
+    BuildTiming     the host time of one attention metadata builder's builds, keyed by (role, backend, layers)
+    BatchRun, Round a benchmark round: per batch size, its generates
+    BuildProfile    where one builder's builds spent host time (cProfile)
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, fields, replace
+from enum import Enum
+
+
+class Role(str, Enum):
+    TARGET = "target step"  # the model runner's builds, one per attention group, each target forward
+    DRAFT = "draft step"  # the drafter's own builds
+
+
+@dataclass(frozen=True)
+class BuildKey:
+    role: Role
+    backend: str  # the builder's backend, AttentionBackendEnum name
+    layers: int  # attention layers the builder serves
+
+    def __post_init__(self):
+        object.__setattr__(self, "role", Role(self.role))
+
+
+@dataclass(frozen=True)
+class BuildTiming:
+    key: BuildKey
+    builds: int
+    seconds: float
+    largest_tokens: int  # most tokens in one build
+    above_largest_graph: int  # builds of more tokens than the largest captured CUDA graph
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """vLLM's spec-decode counters over one generate."""
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    per_position: tuple[float, ...]
+
+    @property
+    def tau(self) -> float | None:
+        """Mean tokens per target forward: 1 + accepted drafts per draft block."""
+        return 1 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Intervals between the engine's successive steps (model runner calls) during one generate, in ms."""
+
+    count: int
+    median: float
+    p10: float
+    p90: float
+
+    @classmethod
+    def of(cls, intervals_ms: list[float]) -> "StepTimes | None":
+        if len(intervals_ms) < 2:
+            return None
+        q = statistics.quantiles(intervals_ms, n=10)
+        return cls(len(intervals_ms), round(statistics.median(intervals_ms), 4), round(q[0], 4), round(q[-1], 4))
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    num_requests: int
+    generate_s: float
+    output_tokens_per_s: float
+    steps: float  # the engine's steps (model-runner calls); in records before they were counted, target forwards per request
+    tokens_sha256: str
+    tokens: tuple[tuple[int, ...], ...] = ()  # per request; benchmarks keep only the hash
+    tpot_ms: float | None = None
+    acceptance: Acceptance | None = None
+    # Per request, [position, gap]: where the target's two best candidates were under near_tie_cap nats apart.
+    near_ties: tuple[tuple[tuple[int, float], ...], ...] | None = None
+    near_tie_cap: float | None = None
+    builds: tuple[BuildTiming, ...] = ()
+    step_times: StepTimes | None = None
+    legacy_builds: dict | None = None  # builder timings recorded under text keys, kept as written
+
+    @property
+    def tau(self) -> float | None:
+        return self.acceptance.tau if self.acceptance else None
+
+    def build_ms_per_step(self, role: Role | None = None) -> float:
+        """Host time of the metadata builds per decoding step, over the builders of `role` (all: None)."""
+        return sum(b.seconds for b in self.builds if role in (None, b.key.role)) * 1000 / max(self.steps, 1)
+
+    def without_tokens(self) -> "GenerateResult":
+        return replace(self, tokens=())
+
+
+@dataclass(frozen=True)
+class BatchRun:
+    """A benchmark round at one batch size: its generates (tokens/s of each, the rest of the typical one)."""
+
+    batch: int
+    generates: tuple[GenerateResult, ...]
+
+    @property
+    def tokens_per_s(self) -> float:
+        return statistics.median(g.output_tokens_per_s for g in self.generates)
+
+    @property
+    def step_ms(self) -> float:
+        """Median over generates of each one's median interval between engine steps (whole generate if absent)."""
+        return statistics.median(g.step_times.median if g.step_times else g.generate_s * 1000 / max(g.steps, 1)
+                                 for g in self.generates)
+
+
+@dataclass(frozen=True)
+class Round:
+    index: int
+    batches: tuple[BatchRun, ...]
+    # CPU seconds the other engines' processes used while this engine worked (they should be idle)
+    others_cpu_s: float | None = None
+
+
+@dataclass(frozen=True)
+class ProfiledFunction:
+    function: str
+    file: str
+    line: int
+    calls: int
+    own_s: float
+    cumulative_s: float
+
+
+@dataclass(frozen=True)
+class BuildProfile:
+    """Where one builder's builds spent their host time (cProfile, which slows what it watches)."""
+
+    key: BuildKey
+    total_s: float
+    functions: tuple[ProfiledFunction, ...]
+
+
+def generate_from_json(data: dict) -> GenerateResult:
+    values = {f.name: data[f.name] for f in fields(GenerateResult) if f.name in data}
+    values["tokens"] = tuple(tuple(t) for t in data.get("tokens") or ())
+    if data.get("acceptance"):
+        values["acceptance"] = Acceptance(**{**data["acceptance"], "per_position": tuple(data["acceptance"]["per_position"])})
+    if data.get("near_ties") is not None:
+        values["near_ties"] = tuple(tuple((int(p), g) for p, g in request) for request in data["near_ties"])
+    values["builds"] = tuple(BuildTiming(BuildKey(**b["key"]), b["builds"], b["seconds"], b["largest_tokens"],
+                                         b["above_largest_graph"]) for b in data.get("builds") or ())
+    if data.get("step_times"):
+        values["step_times"] = StepTimes(**data["step_times"])
+    return GenerateResult(**values)
+
+
+def decoding_steps(acceptance: Acceptance | None, num_requests: int, max_tokens: int) -> float:
+    """Target forwards a request needed: draft blocks per request with speculation, one per token without."""
+    return acceptance.num_drafts / max(num_requests, 1) if acceptance else float(max_tokens)

@@ -1,0 +1,61 @@
+"""Bad input on the command line: one clear line (exit 2), and nothing changed on disk. Run as a new user would."""
+
+import hashlib
+
+import pytest
+
+from dflash_fi.cli import main
+from dflash_fi.models import MODELS_DIR
+from dflash_fi.stack import REPO_ROOT
+
+
+def fingerprint() -> dict:
+    """Every file of the shipped pair and of runs/, by content."""
+    files = [*MODELS_DIR.rglob("*"), *(REPO_ROOT / "runs").glob("*")]
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files) if p.is_file()}
+
+
+@pytest.fixture
+def unchanged():
+    before = fingerprint()
+    yield
+    assert fingerprint() == before, "a refused command changed the shipped pair or runs/"
+
+
+def refused(capsys, *argv: str) -> str:
+    """The one line of a refusal (besides the note naming vLLM's log file, which commands print first)."""
+    assert main(list(argv)) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("(vLLM's log lines")]
+    assert len(err) == 1 and err[0].startswith(f"dflash-fi {argv[0]}: "), err
+    return err[0]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("train", "--smoke", "--out", str(MODELS_DIR)), "already holds a trained pair (training.json)"),
+    (("walkthrough", "--prompts", "1000"), "at most 64, not 1000"),
+    (("run", "--step", "3", "--prompts", "1000"), "at most 64, not 1000"),
+    (("run", "--step", "12"), "unknown step '12'"),
+    (("reference", "--prompts", "1000"), "at most 64, not 1000"),
+    (("run", "--step", "3", "--drafter", "./nowhere"), "neither an existing model directory nor a hub id"),
+])
+def test_bad_input_is_one_line_and_changes_nothing(capsys, unchanged, argv, says):
+    assert says in refused(capsys, *argv)
+
+
+@pytest.mark.parametrize("argv", [("reference", "--device", "cuda", "--prompts", "1"),
+                                  ("train", "--smoke", "--device", "cuda"),
+                                  ("bench", "e2e", "--record"), ("profile",), ("near-ties",)])
+def test_gpu_commands_without_a_gpu_say_so_in_one_line(capsys, unchanged, tmp_path, argv):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    argv = (*argv, "--out", str(tmp_path / "out")) if argv[0] == "train" else argv
+    assert "needs a CUDA GPU" in refused(capsys, *argv)
+
+
+def test_training_goes_to_artifacts_unless_told_otherwise():
+    from dflash_fi.cli import build_parser
+
+    out = build_parser().parse_args(["train", "--smoke"]).out
+    assert "artifacts" in out and not out.startswith(str(MODELS_DIR))
