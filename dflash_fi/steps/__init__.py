@@ -6,7 +6,7 @@
     step 3  + separate non-causal prefill wrapper       (correct)
     step 4  + TRTLLM gating                             (correct on Blackwell too; PR #43081 ends here)
     step 5  + what upstream fixed next, faster kernel   (#48167's CUDA-graph claim; fa2 for DFlash blocks)
-    step 6  + CUDA-graph prefill wrappers               (the engine keeps its full decode graphs)
+    step 6  + CUDA-graph prefill wrappers, causal only  (the engine keeps its full decode graphs)
     step 7  + no host overhead                          (plans from host bounds; no build nobody reads)
 
 A step module holds only its hunks: text replacements in vLLM's own `flashinfer.py`, read from the
