@@ -1,14 +1,17 @@
 """Test doubles for the only parts of FlashInfer's metadata building that need a GPU.
 
 `FlashInferMetadataBuilder.build()` decides the routing of a batch in plain Python, then hands the
-decision to FlashInfer wrapper objects (`plan()` JIT-loads CUDA kernels) and to one Triton kernel. These
-doubles stand in for exactly those, record every call, and mirror the one piece of wrapper state vLLM
-reads back: `_causal`, set by `plan(causal=...)`. On a GPU the same `build()` runs with the real objects
-(see the walkthrough's runs), so the doubles never decide anything themselves.
+decision to FlashInfer wrapper objects (`plan()` JIT-loads CUDA kernels) and to Triton kernels. These
+doubles stand in for the wrappers and vLLM's own page-index kernel, record every call, and mirror the one
+piece of wrapper state vLLM reads back: `_causal`, set by `plan(causal=...)`. Step 8's page-table kernel
+is no double: `TritonInterpreted` runs its own source under Triton's CPU interpreter. On a GPU the same
+`build()` runs with the real objects (see the walkthrough's runs), so the doubles never decide anything
+themselves.
 """
 
 from __future__ import annotations
 
+import types
 from contextlib import ExitStack, contextmanager
 from types import ModuleType
 from unittest import mock
@@ -72,6 +75,41 @@ class CopyPageIndicesKernelDouble:
         return launch
 
 
+class TritonInterpreted:
+    """A Triton kernel of vLLM's, `kernel[grid](...)`, run from its own source by Triton's CPU interpreter.
+
+    Without a GPU, vLLM's `triton.jit` is a placeholder that returns the plain function, whose globals hold
+    placeholders for `tl` and `triton` and whose `tl.constexpr` annotations are None. The kernel is rebuilt
+    over the real `triton.language` with its annotated parameters constexpr (vLLM annotates only those), and
+    Triton's library functions that are themselves jitted (`tl.sum`, ...) are interpreted while it runs.
+    """
+
+    def __init__(self, kernel):
+        import triton
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        fn = getattr(kernel, "fn", kernel)  # a JITFunction where vLLM has Triton, else the plain function
+        source = types.FunctionType(fn.__code__, {**fn.__globals__, "tl": tl, "triton": triton}, fn.__name__)
+        source.__annotations__ = {name: tl.constexpr for name in fn.__annotations__}
+        self._kernel = InterpretedFunction(source)
+        self._tl = tl
+        self._library = {name: InterpretedFunction(value.fn) for name, value in vars(tl).items()
+                         if isinstance(value, JITFunction)}
+        self.launches: list[tuple] = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, args, kwargs))
+            with ExitStack() as stack:
+                for name, interpreted in self._library.items():
+                    stack.enter_context(mock.patch.object(self._tl, name, interpreted))
+                self._kernel[grid](*args, **kwargs)
+
+        return launch
+
+
 @contextmanager
 def flashinfer_gpu_doubles(backend_module: ModuleType):
     """Swap the GPU-only names of one FlashInfer backend module (stock or patched) for the doubles."""
@@ -82,6 +120,8 @@ def flashinfer_gpu_doubles(backend_module: ModuleType):
         "fast_plan_decode": fast_plan_decode_double,
         "_copy_page_indices_kernel": CopyPageIndicesKernelDouble(),
     }
+    if hasattr(backend_module, "_fill_paged_kv_kernel"):  # step 8 on
+        replacements["_fill_paged_kv_kernel"] = TritonInterpreted(backend_module._fill_paged_kv_kernel)
     with ExitStack() as stack:
         for name, double in replacements.items():
             stack.enter_context(mock.patch.object(backend_module, name, double))

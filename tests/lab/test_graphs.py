@@ -55,7 +55,8 @@ def test_before_step6_a_flashinfer_target_loses_the_full_graphs_too(step):
 
 
 @pytest.mark.step7
-@pytest.mark.parametrize("step", [7])
+@pytest.mark.step8
+@pytest.mark.parametrize("step", [7, 8])
 @pytest.mark.parametrize("capability, trtllm", [(HOPPER, False), (BLACKWELL, True)])
 def test_later_steps_claim_what_step6_claims(step, capability, trtllm):
     assert cudagraph_claims(step, capability, trtllm) == {**cudagraph_claims(6, capability, trtllm), "step": step}
