@@ -90,7 +90,8 @@ class TritonInterpreted:
         from triton.runtime.interpreter import InterpretedFunction
         from triton.runtime.jit import JITFunction
 
-        fn = getattr(kernel, "fn", kernel)  # a JITFunction where vLLM has Triton, else the plain function
+        self.kernel = kernel.kernel if isinstance(kernel, TritonInterpreted) else kernel  # labs inside labs
+        fn = getattr(self.kernel, "fn", self.kernel)  # a JITFunction where vLLM has Triton, else the plain function
         source = types.FunctionType(fn.__code__, {**fn.__globals__, "tl": tl, "triton": triton}, fn.__name__)
         source.__annotations__ = {name: tl.constexpr for name in fn.__annotations__}
         self._kernel = InterpretedFunction(source)
