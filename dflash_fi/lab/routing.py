@@ -80,7 +80,7 @@ class RoutingLab:
         model_config = ModelConfig(
             model=str(self.target_dir), tokenizer=str(self.target_dir), dtype="bfloat16",
             max_model_len=self.max_model_len, enforce_eager=not self.cuda_graphs,
-            hf_overrides={"max_position_embeddings": self.max_model_len} if self.max_model_len > 1024 else None)
+            hf_overrides={"max_position_embeddings": self.max_model_len} if self.max_model_len > 1024 else {})
         parallel_config = ParallelConfig()
         spec_config = SpeculativeConfig(
             method="dflash", model=str(self.drafter_dir), num_speculative_tokens=NUM_SPECULATIVE_TOKENS,
