@@ -10,13 +10,14 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   `qo_indptr` alone, besides what is fixed per builder (heads, head size, page size, dtypes, window, scale):
   each request is one KV chunk whatever its length (the lengths enter only as `max(kv_len, 1)`), and the
   kernel reads every request's exact length from the page table (`paged_kv_indptr`,
-  `paged_kv_last_page_len`). Of the arguments the builder hands `plan()` for such a batch, only
-  `qo_indptr`, the batch size and `max_token_per_sequence` (the block's query length) can change from one
-  draft step to the next without changing the builder; the bounds change every step and, KV unsplit, change
-  no plan. The builder keeps the key of the non-causal wrapper's plan, (num_reqs, max_query_len,
-  qo_indptr), and a draft batch that matches it is not planned again: DFlash's blocks are 16 queries per
-  request, so from step to step the contexts grow and the key stays. Any other plan of that wrapper (a
-  non-causal batch with exact host lengths) clears the key.
+  `paged_kv_last_page_len`). Of the arguments the builder hands `plan()` for such a batch, the rest being
+  the builder's own, `qo_indptr`, the batch size and `max_token_per_sequence` (the block's query length) can
+  change from one draft step to the next, and the page table from the bounds (`paged_kv_indptr`,
+  `paged_kv_last_page_len`, the length of `paged_kv_indices`) changes every step: KV unsplit, it changes no
+  plan, and `run()` reads the builder's exact page table instead. The builder keeps the key of the
+  non-causal wrapper's plan, (num_reqs, max_query_len, qo_indptr), and a draft batch that matches it is not
+  planned again: DFlash's blocks are 16 queries per request, so from step to step the contexts grow and the
+  key stays. Any other plan of that wrapper (a non-causal batch with exact host lengths) clears the key.
 - **One wrapper, re-planned when the key changes.** The draft batch's key changes when a request joins or
   leaves the batch, a few times per request against hundreds of decoding steps, and a change costs one
   `plan()`, what step 7 paid every step. A cache of wrappers per batch size would save that plan only where
@@ -30,8 +31,9 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   Step 7's copy of `seq_lens` into the wrapper's `_kv_lens_buffer` goes: FA2's `run()` never hands that
   buffer to its kernel (in FlashInfer's `prefill.py` only the trtllm-gen kernel reads it).
 - **A short path through build().** A draft batch whose plan holds gets its metadata from that one launch
-  and the few fields `forward()` reads. Everything else takes step 7's path unchanged: causal batches,
-  non-causal batches with exact host lengths, a new key; DCP and NVFP4 are still refused before either.
+  and the few fields `forward()` reads. Everything else takes the general path: causal batches, non-causal
+  batches with exact host lengths, and a new key (planned from the bounds as at step 7, its page table
+  written by the same launch); DCP and NVFP4 are still refused before either path.
 """
 
 from dflash_fi.steps import step7_host_overhead as previous
