@@ -9,7 +9,8 @@ compare against: `bench_gpu_time_with_cuda_event` around a device-to-device copy
 
 Host time (what a CPU-bound engine step pays for a call, whatever the GPU does afterwards) is timed here by hand with
 `time.perf_counter`: FlashInfer's helpers time the GPU, not the host. Each call is timed with the GPU idle before it,
-or with a kernel that keeps the GPU busy queued before it, so that a call that waits for the GPU shows it.
+or with a kernel that keeps the GPU busy queued before it (`torch.cuda._sleep`, its cycles per millisecond measured
+once with CUDA events), so that a call that waits for the GPU shows it.
 """
 
 from __future__ import annotations

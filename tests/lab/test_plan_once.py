@@ -13,7 +13,7 @@ from dflash_fi.lab.gpu_doubles import TritonInterpreted
 from dflash_fi.lab.host_work import draft_build_reads_gpu_lengths, runner_builds_for_draft_layers
 from dflash_fi.lab.routing import RoutingLab, routing_report
 from dflash_fi.steps import backend_module
-from dflash_fi.vocabulary import BLACKWELL, DRAFT_BLOCK_SIZE, KV_PAGE_SIZE
+from dflash_fi.vocabulary import BLACKWELL, DRAFT_BLOCK_SIZE, HOPPER, KV_PAGE_SIZE
 
 pytestmark = pytest.mark.step8
 Q = DRAFT_BLOCK_SIZE
@@ -137,7 +137,7 @@ def test_a_draft_that_starts_a_shape_builds_as_at_step7():
 def test_every_batch_routes_as_at_step7(trtllm, cuda_graphs):
     seven, eight = (routing_report(s, trtllm=trtllm, cuda_graphs=cuda_graphs)["batches"] for s in (7, 8))
     assert eight == seven
-    with RoutingLab(8, trtllm=trtllm, cuda_graphs=cuda_graphs) as lab:
+    with RoutingLab(8, BLACKWELL if trtllm else HOPPER, trtllm=trtllm, cuda_graphs=cuda_graphs) as lab:
         assert lab.route(STANDARD_BATCHES[0]) == lab.route(STANDARD_BATCHES[0])  # the second reuses the plan
         assert plans(lab) == 1
 
