@@ -11,9 +11,8 @@ themselves.
 
 from __future__ import annotations
 
-import types
 from contextlib import ExitStack, contextmanager
-from types import ModuleType
+from types import FunctionType, ModuleType
 from unittest import mock
 
 import torch
@@ -92,7 +91,7 @@ class TritonInterpreted:
 
         self.kernel = kernel.kernel if isinstance(kernel, TritonInterpreted) else kernel  # labs inside labs
         fn = getattr(self.kernel, "fn", self.kernel)  # a JITFunction where vLLM has Triton, else the plain function
-        source = types.FunctionType(fn.__code__, {**fn.__globals__, "tl": tl, "triton": triton}, fn.__name__)
+        source = FunctionType(fn.__code__, {**fn.__globals__, "tl": tl, "triton": triton}, fn.__name__)
         source.__annotations__ = {name: tl.constexpr for name in fn.__annotations__}
         self._kernel = InterpretedFunction(source)
         self._tl = tl
