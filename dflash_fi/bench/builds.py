@@ -94,6 +94,21 @@ def measure_builds(kv_cache_dtype: str, batches, contexts, print_fn=print) -> li
     return rows
 
 
+def host_build_rows(shapes, print_fn=print) -> tuple[list[dict], list[str]]:
+    """measure_builds at the batches and contexts of the kernel bench's shapes, per KV dtype. A KV dtype whose builds
+    fail gives one line of error instead of rows, so that the kernel rows measured before are kept."""
+    rows, errors = [], []
+    for kv_cache_dtype in dict.fromkeys(s.kv_dtype for s in shapes):
+        try:
+            rows += measure_builds(kv_cache_dtype, sorted({s.batch for s in shapes}),
+                                   sorted({s.context for s in shapes}), print_fn)
+        except Exception as exc:
+            first_line = str(exc).splitlines()[0][:300] if str(exc) else ""
+            errors.append(f"{kv_cache_dtype}: {type(exc).__name__}: {first_line}")
+            print_fn(f"host-build rows failed, {errors[-1]}")
+    return rows, errors
+
+
 def build_row(name: str, kv_cache_dtype: str, batch: int, context: int, heads: tuple[int, int], idle_ms: float,
               busy_ms: float, builds: int, plans: int) -> dict:
     """A results row; its kernel-row keys (`results.ROW_KEYS`) tell a later file's row for the same thing."""

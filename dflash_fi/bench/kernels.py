@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from dflash_fi.bench.builds import measure_builds
+from dflash_fi.bench.builds import host_build_rows
 from dflash_fi.bench.timing import copy_bandwidth_gbps, host_ms, time_ms
 from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_CACHE_DTYPE_NAMES, KV_PAGE_SIZE
 
@@ -239,12 +239,11 @@ def run_kernel_bench(quick: bool = False, print_fn=print) -> dict:
             print_fn(format_row(row))
         del cache
         torch.cuda.empty_cache()
-    for kv_cache_dtype in dict.fromkeys(s.kv_dtype for s in grid):
-        rows += measure_builds(kv_cache_dtype, sorted({s.batch for s in grid}), sorted({s.context for s in grid}),
-                               print_fn)
+    build_rows, build_errors = host_build_rows(grid, print_fn)
     return {"gpu": gpu.name, "compute_capability": gpu.sm, "copy_GBps": round(copy_gbps, 1),
             "final_step_backend": final_step_backend(), "seconds": round(time.time() - started, 1),
-            "method": __doc__.split("Timing:")[1].strip(), "rows": rows, **run_context()}
+            "build_errors": build_errors,
+            "method": __doc__.split("Timing:")[1].strip(), "rows": rows + build_rows, **run_context()}
 
 
 def format_row(row: dict) -> str:

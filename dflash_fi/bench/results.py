@@ -115,7 +115,8 @@ def build_profiles(where: str = "draft step", top: int = 3) -> str:
 def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8)) -> list[dict]:
     """Per shape: the final FlashInfer kernel against what the FLASH_ATTN draft runs (vLLM's FlashAttention), and
     step 6's CUDA-graph wrapper against the plain one (the same kernel, another grid)."""
-    rows = [r for r in kernel_rows(results) if (r["num_qo_heads"], r["num_kv_heads"]) == heads and r["kv_dtype"] == kv_dtype]
+    rows = [r for r in kernel_rows(results)
+            if (r["num_qo_heads"], r["num_kv_heads"]) == heads and r["kv_dtype"] == kv_dtype]
     out = []
     for context in sorted({r["context"] for r in rows}):
         for batch in sorted({r["batch"] for r in rows}):

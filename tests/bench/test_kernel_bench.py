@@ -121,3 +121,17 @@ def test_kernel_timing_uses_flashinfers_helpers_and_falls_back_when_a_kernel_can
     assert timing.time_ms(lambda q, out: out.copy_(q), args) == (2.0, "eager")
     assert asked == [("graph", 37, True, args), ("events", True, args)]  # as many calls per graph as copies
     assert args[1].tolist() == [0.0, 0.0]  # the warm-up call ran
+
+
+def test_failing_host_builds_leave_the_kernel_rows_and_say_why(monkeypatch):
+    from dflash_fi.bench import builds
+    from dflash_fi.bench.kernels import shapes
+
+    def measure(kv_cache_dtype, batches, contexts, print_fn):
+        if kv_cache_dtype == "fp8":
+            raise RuntimeError("triton compile failed\nlong log")
+        return [{"kv_dtype": kv_cache_dtype, "batches": batches, "contexts": contexts}]
+    monkeypatch.setattr(builds, "measure_builds", measure)
+    rows, errors = builds.host_build_rows(shapes((4, 2), quick=True), print_fn=lambda line: None)
+    assert rows == [{"kv_dtype": "auto", "batches": [1, 16], "contexts": [2048]}]
+    assert errors == ["fp8: RuntimeError: triton compile failed"]
