@@ -74,28 +74,57 @@ class CopyPageIndicesKernelDouble:
         return launch
 
 
-class TritonInterpreted:
-    """A Triton kernel of vLLM's, `kernel[grid](...)`, run from its own source by Triton's CPU interpreter.
+def triton_source(kernel):
+    """One of vLLM's Triton kernels as a plain function over the real `triton.language`, for Triton's interpreter or
+    compiler. Without a GPU, vLLM's `triton.jit` is a placeholder that returns the plain function, whose globals hold
+    placeholders for `tl` and `triton` and whose `tl.constexpr` annotations are None: the function is rebuilt with
+    the real modules and its annotated parameters constexpr (vLLM annotates only those)."""
+    import triton
+    import triton.language as tl
 
-    Without a GPU, vLLM's `triton.jit` is a placeholder that returns the plain function, whose globals hold
-    placeholders for `tl` and `triton` and whose `tl.constexpr` annotations are None. The kernel is rebuilt
-    over the real `triton.language` with its annotated parameters constexpr (vLLM annotates only those), and
-    Triton's library functions that are themselves jitted (`tl.sum`, ...) are interpreted while it runs.
-    """
+    fn = getattr(kernel, "fn", kernel)  # a JITFunction where vLLM has Triton, else the plain function
+    source = FunctionType(fn.__code__, {**fn.__globals__, "tl": tl, "triton": triton}, fn.__name__)
+    source.__annotations__ = {name: tl.constexpr for name in fn.__annotations__}
+    return source
+
+
+class _InterpretedLibraryCall:
+    """A jitted function of Triton's own library (`tl.sum`, ...) called from an interpreted kernel. Triton's
+    interpreter patches `triton.language` for such a call and never undoes it (it expects TRITON_INTERPRET=1 for the
+    whole process); here the patch is undone after the call, and the function runs on a copy of its module's
+    globals, which the interpreter adds names to, so that kernels compiled later in this process still compile."""
+
+    def __init__(self, jitted):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        fn = jitted.fn
+        self._fn = FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__, fn.__closure__)
+        self._fn.__kwdefaults__, self._fn.__annotations__ = fn.__kwdefaults__, fn.__annotations__
+        self._interpreted = InterpretedFunction(self._fn)
+
+    def __call__(self, *args, **kwargs):
+        from triton.runtime.interpreter import _patch_lang
+
+        scope = _patch_lang(self._fn)
+        try:
+            return self._interpreted.rewrite()(*args, **kwargs)
+        finally:
+            scope.restore()
+
+
+class TritonInterpreted:
+    """A Triton kernel of vLLM's, `kernel[grid](...)`, run from its own source (`triton_source`) by Triton's CPU
+    interpreter; Triton's library functions that are themselves jitted (`tl.sum`, ...) are interpreted while it runs."""
 
     def __init__(self, kernel):
-        import triton
         import triton.language as tl
         from triton.runtime.interpreter import InterpretedFunction
         from triton.runtime.jit import JITFunction
 
         self.kernel = kernel.kernel if isinstance(kernel, TritonInterpreted) else kernel  # labs inside labs
-        fn = getattr(self.kernel, "fn", self.kernel)  # a JITFunction where vLLM has Triton, else the plain function
-        source = FunctionType(fn.__code__, {**fn.__globals__, "tl": tl, "triton": triton}, fn.__name__)
-        source.__annotations__ = {name: tl.constexpr for name in fn.__annotations__}
-        self._kernel = InterpretedFunction(source)
+        self._kernel = InterpretedFunction(triton_source(self.kernel))
         self._tl = tl
-        self._library = {name: InterpretedFunction(value.fn) for name, value in vars(tl).items()
+        self._library = {name: _InterpretedLibraryCall(value) for name, value in vars(tl).items()
                          if isinstance(value, JITFunction)}
         self.launches: list[tuple] = []
 

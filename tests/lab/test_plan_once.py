@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
-from dflash_fi.lab.gpu_doubles import TritonInterpreted
+from dflash_fi.lab.gpu_doubles import TritonInterpreted, triton_source
 from dflash_fi.lab.host_work import draft_build_reads_gpu_lengths, runner_builds_for_draft_layers
 from dflash_fi.lab.routing import RoutingLab, routing_report
 from dflash_fi.steps import backend_module
@@ -175,6 +175,29 @@ def test_the_page_table_kernel_on_empty_full_and_many_page_requests(dtype):
     assert last.tolist() == [0, 16, 1, 1, 8, 0, 1, 16, 15]
     assert indices[: indptr[-1]].tolist() == [int(p) for r, n in enumerate(pages.tolist()) for p in table[r, :n]]
     assert (indices[indptr[-1]:] == -1).all()  # nothing written past the table
+
+
+@pytest.mark.parametrize("seq_lens", ["*i32", "*i64"])
+@pytest.mark.parametrize("compute_capability", [89, 90])  # the RTX 4090, the H100/H200
+def test_the_page_table_kernel_compiles_for_the_gpus_it_runs_on(compute_capability, seq_lens, tmp_path, monkeypatch):
+    """Triton's own compiler, down to a cubin (Triton's bundled ptxas), for SM 8.9 and 9.0: no GPU needed. First the
+    lab interprets the kernel, as it does before tests/gpu compiles kernels in a whole-suite run on a GPU machine."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    one = torch.ones(1, dtype=torch.int32)
+    TritonInterpreted(backend_module(8)._fill_paged_kv_kernel)[(1,)](
+        torch.zeros(2, dtype=torch.int32), one.clone(), one.clone(), one, one, 1, PAGE_SIZE=KV_PAGE_SIZE, BLOCK_SIZE=8)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    kernel = triton.jit(triton_source(backend_module(8)._fill_paged_kv_kernel))
+    signature = {"paged_kv_indptr": "*i32", "paged_kv_indices": "*i32", "paged_kv_last_page_len": "*i32",
+                 "seq_lens": seq_lens, "block_table": "*i32", "block_table_stride": "i32",
+                 "PAGE_SIZE": "constexpr", "BLOCK_SIZE": "constexpr"}
+    assert list(signature) == kernel.arg_names
+    compiled = triton.compile(ASTSource(kernel, signature, {"PAGE_SIZE": KV_PAGE_SIZE, "BLOCK_SIZE": 1024}),
+                              target=GPUTarget("cuda", compute_capability, 32))
+    assert compiled.asm["cubin"] and f"sm_{compute_capability}" in compiled.asm["ptx"]
 
 
 def test_flashinfers_fa2_run_never_hands_its_kernel_the_kv_lens_buffer():
