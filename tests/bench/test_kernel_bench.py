@@ -42,6 +42,9 @@ def test_host_build_rows_sit_beside_the_kernel_rows_without_disturbing_their_rea
     assert kernel_pivot(results) == kernel_pivot({"rows": kernels})
     summary = build_summary(results)
     assert summary.count("\n") == 1 + 2 and "0.500 / 0.600" in summary and "2.500 / 2.600" in summary
+    assert summary.splitlines()[-1].endswith("| -1.000 ms, yes |")  # final 1.6 ms busy against FLASH_ATTN's 2.6
+    slow = [{**r, "host_ms_busy": 9.0} if r["kernel"] == names[1] else r for r in builds]
+    assert build_summary({"rows": slow}).splitlines()[-1].endswith("| +6.400 ms, **no** |")
     assert all(r["what"] == WHAT for r in builds) and names == [
         "build: step 7 FLASHINFER draft", f"build: step {FINAL_STEP} FLASHINFER draft", "build: FLASH_ATTN draft"]
 
