@@ -8,7 +8,7 @@ DFlash's own check passes (`DFlashProposer.build_per_group_and_layer_attn_metada
 
 Everything is vLLM 0.22.1's own code and configuration classes, on the embedded model pair, under
 `pretend_gpu` (compute capability; `trtllm=True` = TRTLLM available as on Blackwell). Only FlashInfer's
-wrapper objects and one Triton kernel are doubles (`dflash_fi.lab.gpu_doubles`).
+wrapper objects and vLLM's page-index Triton kernel are doubles; step 8's runs under Triton's interpreter.
 """
 
 from __future__ import annotations
