@@ -135,7 +135,8 @@ PLAN_REUSE_STEPS = (
 
 def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]:
     """GPU only. PLAN_REUSE_STEPS through step 8's real builder and FlashInfer's real kernel, `plan()` counted by a spy
-    around FlashInfer's own method. Per step: whether the builder planned, and the largest differences of its output
+    around FlashInfer's own method. Per step: whether the builder planned, whether the page table its kernel wrote is
+    the exact lengths' (computed here on the host), and the largest differences of its output
     from a FlashInfer wrapper planned afresh on the exact lengths with split KV off as the builder's plan has it (the
     same schedule: 0 expected), from one planned as FlashInfer plans by default, and from the fp32 reference."""
     from unittest import mock
@@ -174,6 +175,9 @@ def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]
             indptr = torch.cat([torch.zeros(1, dtype=torch.int32), pages.cumsum(0).to(torch.int32)])
             indices = torch.cat([cad.block_table_tensor[r, :n] for r, n in enumerate(pages.tolist())])
             last_page_len = torch.where(lengths > 0, (lengths - 1) % KV_PAGE_SIZE + 1, 0).to(torch.int32)
+            n = cad.num_reqs
+            written = (builder.paged_kv_indptr.gpu[: n + 1].cpu(), builder.paged_kv_last_page_len.gpu[:n].cpu(),
+                       builder.paged_kv_indices.gpu[: int(indptr[-1])])
             outputs = []
             for disable_split_kv in (True, False):
                 fresh.plan(cad.query_start_loc_cpu, indptr, indices, last_page_len, hq, hkv, d, KV_PAGE_SIZE,
@@ -186,6 +190,8 @@ def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]
             rows.append({"step": index, "batch": step.batch.name, "kv_dtype": kv_cache_dtype,
                          "new_shape": step.new_shape, "copied_from_gpu": cad._seq_lens_cpu is not None,
                          "planned": sum(w is builder._noncausal_prefill_wrapper for w in planned) - plans_before,
+                         "page_table_exact": all(torch.equal(a, b) for a, b in zip(written, (
+                             indptr, last_page_len, indices))),
                          "reused_vs_fresh_unsplit": (reused - outputs[0]).abs().max().item(),
                          "reused_vs_fresh": (reused - outputs[1]).abs().max().item(),
                          "reused_vs_reference": (reused - ref).abs().max().item(),

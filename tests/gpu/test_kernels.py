@@ -96,6 +96,9 @@ def test_step8_reuses_a_draft_plan_while_the_shape_holds_and_computes_what_a_fre
     assert [r["planned"] for r in rows] == [int(s.new_shape) for s in PLAN_REUSE_STEPS], (
         "the builder's wrapper was planned (1) or reused (0) other than exactly when the batch's shape changed:\n"
         + table)
+    assert all(r["page_table_exact"] for r in rows), (
+        "step 8's Triton kernel wrote a page table other than the exact lengths' (paged_kv_indptr, "
+        "paged_kv_last_page_len, paged_kv_indices):\n" + table)
     for r in rows:
         assert r["reused_vs_fresh_unsplit"] == 0, (
             "the reused plan over the page table step 8's kernel wrote computes other than the same schedule planned "
