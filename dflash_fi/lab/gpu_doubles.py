@@ -19,7 +19,9 @@ import torch
 
 
 class PrefillWrapperDouble:
-    """Double of flashinfer.BatchPrefillWithPagedKVCacheWrapper (its CUDA-graph mode too: fixed batch size)."""
+    """Double of flashinfer.BatchPrefillWithPagedKVCacheWrapper (its CUDA-graph mode too: fixed batch size). Outside
+    CUDA-graph mode, `plan()` keeps the page table as FlashInfer's does (host arrays copied, device arrays as given)
+    and `run()` attends over whatever page table the wrapper's buffers hold when it runs, as FA2's kernel does."""
 
     def __init__(self, workspace_buffer=None, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
                  backend="auto", **kwargs):
@@ -38,6 +40,24 @@ class PrefillWrapperDouble:
         self._logits_soft_cap = kwargs.get("logits_soft_cap") or 0.0
         self._sm_scale = kwargs.get("sm_scale")
         self.plans.append({"causal": causal, **{k: v for k, v in kwargs.items() if not torch.is_tensor(v)}})
+        if not self.use_cuda_graph and "paged_kv_indptr" in kwargs:
+            self._qo_indptr_buf = qo_indptr.clone()
+            self._paged_kv_indptr_buf = kwargs["paged_kv_indptr"].clone()
+            self._paged_kv_indices_buf = kwargs["paged_kv_indices"]
+            self._paged_kv_last_page_len_buf = kwargs["paged_kv_last_page_len"].clone()
+
+    def run(self, q, paged_kv_cache, **kwargs):
+        from dflash_fi.reference.paged_attention import paged_attention_reference
+
+        indptr, last = self._paged_kv_indptr_buf.tolist(), self._paged_kv_last_page_len_buf.tolist()
+        pages = [self._paged_kv_indices_buf[indptr[r]:indptr[r + 1]] for r in range(len(last))]
+        page_size = paged_kv_cache.shape[2]
+        lengths = torch.tensor([(len(p) - 1) * page_size + last[r] if len(p) else 0 for r, p in enumerate(pages)])
+        table = torch.zeros(len(pages), max(len(p) for p in pages), dtype=torch.int32)
+        for r, p in enumerate(pages):
+            table[r, : len(p)] = p
+        return paged_attention_reference(q, paged_kv_cache.float(), table, lengths, self._qo_indptr_buf,
+                                         causal=self._causal, sm_scale=self._sm_scale)
 
 
 class DecodeWrapperDouble:

@@ -42,7 +42,8 @@ def test_a_batch_with_host_lengths_still_plans_from_them():
         with set_current_vllm_config(config):
             md = builder.build(0, cad)
     assert builder.paged_kv_indptr.cpu[1:5].tolist() == list(accumulate(pages(cad.seq_lens.tolist())))
-    assert not hasattr(md.prefill.wrapper, "_paged_kv_indptr_buf")  # plan()'s own copy is what the kernel reads
+    # plan()'s own copy is what the kernel reads
+    assert md.prefill.wrapper._paged_kv_indptr_buf.data_ptr() != builder.paged_kv_indptr.gpu.data_ptr()
 
 
 @pytest.mark.parametrize("cuda_graphs", [False, True])

@@ -113,6 +113,25 @@ def test_the_gpu_tests_draft_steps_plan_where_the_gpu_test_expects():
                for b, e in zip(c.seq_lens_cpu_upper_bound.tolist(), c.seq_lens.tolist()))
 
 
+def test_each_draft_step_attends_over_its_own_exact_page_table():
+    """The lab's model of FA2's run() attends over the page table the wrapper's buffers hold when it runs: a reused
+    plan whose buffers were left on an earlier step's arrays (plan()'s copies of the bounds, a stale qo_indptr)
+    would attend over the wrong keys. Each step against the reference on its exact lengths, the GPU test's steps."""
+    from dflash_fi.lab.host_work import PLAN_REUSE_STEPS
+    from dflash_fi.reference.paged_attention import paged_attention_reference
+
+    torch.manual_seed(0)
+    with RoutingLab(8) as lab:
+        builder = lab.builders["draft"][0]
+        kv = torch.randn(800, 2, KV_PAGE_SIZE, builder.num_kv_heads, builder.head_dim)
+        for index, step in enumerate(PLAN_REUSE_STEPS):
+            md, cad = build(lab, step.batch)
+            q = torch.randn(cad.num_actual_tokens, builder.num_qo_heads, builder.head_dim)
+            expected = paged_attention_reference(q, kv, cad.block_table_tensor, cad.seq_lens, cad.query_start_loc_cpu,
+                                                 causal=False)
+            torch.testing.assert_close(md.prefill.wrapper.run(q, kv), expected, msg=f"draft step {index}")
+
+
 def test_a_plan_from_exact_host_lengths_is_never_reused():
     with RoutingLab(8) as lab:
         build(lab, draft())
