@@ -1,4 +1,5 @@
-"""`dflash-fi bench kernels`: the draft's non-causal paged attention at DFlash shapes, kernel against kernel.
+"""`dflash-fi bench kernels`: the draft's non-causal paged attention at DFlash shapes, kernel against kernel, and the
+host time of a draft step's metadata build, builder against builder.
 
 Every request brings one DFlash block (16 queries) and attends to its whole context in a paged KV cache
 (pages of 16, scattered as vLLM scatters them). For each shape and KV dtype the same inputs go through:
@@ -8,27 +9,32 @@ Every request brings one DFlash block (16 queries) and attends to its whole cont
     dflash-fi-final    the wrapper exactly as the final step's builder makes and plans it (its
                        NON_CAUSAL_PREFILL_BACKEND; plan() told the block's query length)
     dflash-fi-final-graph  the same kernel in a CUDA-graph wrapper (`use_cuda_graph=True`, persistent index
-                       buffers), which step 6 handed every uniform draft batch when graphs were on (step 7 no more)
+                       buffers), as step 6 makes them for causal verify batches: what a draft block would cost
+                       if a full graph replayed it (none does in vLLM 0.22.1)
     vllm-flash-attn    vLLM's FlashAttention varlen kernel, what the FLASH_ATTN draft runs (FA3 on SM 9.0)
 
-Timing: each kernel is captured ten times in a CUDA graph after a warm-up, the graph replayed, CUDA events
-around each replay; the median over replays, divided by ten, is reported (a kernel that cannot be captured
-is launched ten times eagerly instead, and its row says "timing": "eager"). Error: the largest absolute
-difference from `dflash_fi.reference.paged_attention` in fp32 on the very inputs the kernel read.
+Rows whose `what` is "host ms per draft-step metadata build" time the builders instead (`dflash_fi.bench.builds`).
+
+Timing: FlashInfer's `flashinfer.testing.bench_gpu_time_with_cudagraph`, on a cold L2 cache (`dflash_fi.bench.timing`
+says how); the median time of one call is reported (a kernel that cannot be captured is timed eagerly instead, and
+its row says "timing": "eager"). Error: the largest absolute difference from `dflash_fi.reference.paged_attention`
+in fp32 on the very inputs the kernel read (None where the output holds NaN: an element the kernel never wrote).
 Bandwidth: KV bytes read (each request's context, K and V, once) over the median time, and its share of
 the device-to-device copy bandwidth measured in the same run (bytes read + written).
 Plan: host milliseconds of the FlashInfer wrapper's `plan()` for that shape (median of 20, the GPU idle
-before each call), the CPU work FlashInfer's builder does before every draft step. vLLM's FLASH_ATTN draft
+before each call), the CPU work step 7's builder does before every draft step. vLLM's FLASH_ATTN draft
 builds its metadata with `fast_build=True` (no ahead-of-time FA3 scheduling), so its rows have no plan.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+from dflash_fi.bench.builds import host_build_rows
 from dflash_fi.bench.timing import copy_bandwidth_gbps, host_ms, time_ms
 from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_CACHE_DTYPE_NAMES, KV_PAGE_SIZE
 
@@ -95,13 +101,16 @@ class Inputs:
 
 
 class Kernel(NamedTuple):
-    """One kernel ready to launch on an `Inputs`: `run()` writes `out` from `q` (the queries as the kernel reads
-    them); `ran` names the kernel that runs; `plan()` is the host-side work before each launch, if any."""
+    """One kernel ready to launch on an `Inputs`: `call(*args)` writes `out` from `q` (the queries as the kernel
+    reads them), `run()` is that call on these inputs; `ran` names the kernel that runs; `plan()` is the host-side
+    work before each launch, if any. `args` are (q, k, v, out): timing gives each call in a graph its own copy."""
     run: Callable[[], None]
     out: object
     q: object
     ran: str
     plan: Callable[[], None] | None
+    call: Callable
+    args: tuple
 
 
 class NotBuilt(Exception):
@@ -136,8 +145,11 @@ def flashinfer_kernel(inputs: Inputs, backend: str, workspace, cuda_graph: bool 
                      q_data_type=torch.bfloat16, kv_data_type=inputs.k.dtype, o_data_type=torch.bfloat16,
                      max_token_per_sequence=s.query_len if as_final_step else None)
     plan()
-    out = torch.empty_like(inputs.q)
-    return Kernel(lambda: wrapper.run(inputs.q, (inputs.k, inputs.v), out=out), out, inputs.q, wrapper._backend, plan)
+    args = (inputs.q, inputs.k, inputs.v, torch.empty_like(inputs.q))
+
+    def call(q, k, v, out):
+        wrapper.run(q, (k, v), out=out)
+    return Kernel(lambda: call(*args), args[3], inputs.q, wrapper._backend, plan, call, args)
 
 
 def vllm_flash_attn_kernel(inputs: Inputs) -> Kernel:
@@ -153,20 +165,26 @@ def vllm_flash_attn_kernel(inputs: Inputs) -> Kernel:
         q = inputs.q.to(torch.float8_e4m3fn)
         ones = torch.ones(s.batch, s.num_kv_heads, dtype=torch.float32, device="cuda")
         descale = {"q_descale": ones, "k_descale": ones, "v_descale": ones}
-    out = torch.empty_like(inputs.q)
+    args = (q, inputs.k, inputs.v, torch.empty_like(inputs.q))
 
-    def call():
-        flash_attn_varlen_func(q=q, k=inputs.k, v=inputs.v, out=out, cu_seqlens_q=inputs.qo_indptr,
+    def call(q, k, v, out):
+        flash_attn_varlen_func(q=q, k=k, v=v, out=out, cu_seqlens_q=inputs.qo_indptr,
                                max_seqlen_q=s.query_len, seqused_k=inputs.seq_lens, max_seqlen_k=s.context,
                                softmax_scale=inputs.scale, causal=False, block_table=inputs.block_table,
                                fa_version=version, **descale)
-    return Kernel(call, out, q, f"fa{version}", None)
+    return Kernel(lambda: call(*args), args[3], q, f"fa{version}", None, call, args)
 
 
 def final_step_backend() -> str:
     from dflash_fi.steps import FINAL_STEP, backend_module
 
     return backend_module(FINAL_STEP).NON_CAUSAL_PREFILL_BACKEND
+
+
+def max_abs_err(out, reference) -> float | None:
+    """The largest absolute difference from the reference; None where `out` holds NaN (an element never written)."""
+    err = (out.float() - reference).abs().max().item()
+    return None if math.isnan(err) else err
 
 
 def measure(shape: Shape, kernel: str, workspace, copy_gbps: float, reference_cache: dict) -> dict:
@@ -189,13 +207,12 @@ def measure(shape: Shape, kernel: str, workspace, copy_gbps: float, reference_ca
         torch.cuda.synchronize()
         if k.q.dtype not in reference_cache:
             reference_cache[k.q.dtype] = inputs.reference(k.q)
-        err = (k.out.float() - reference_cache[k.q.dtype]).abs().max().item()
-        ms, timing = time_ms(k.run)
+        err = max_abs_err(k.out, reference_cache[k.q.dtype])
+        ms, timing = time_ms(k.call, k.args)
         row.update({"ran": k.ran, "timing": timing, "median_ms": round(ms, 5), "kv_bytes": inputs.kv_bytes,
                     "achieved_GBps": round(inputs.kv_bytes / ms / 1e6, 1),
-                    "share_of_copy": round(inputs.kv_bytes / ms / 1e6 / copy_gbps, 3),
-                    "max_abs_err": err if err == err else "nan",
-                    "plan_ms": round(host_ms(k.plan), 4) if k.plan else None})
+                    "share_of_copy": round(inputs.kv_bytes / ms / 1e6 / copy_gbps, 3), "max_abs_err": err,
+                    "plan_ms": round(host_ms(lambda i: k.plan()), 4) if k.plan else None})
     except Exception as exc:  # a kernel that cannot run here still gets its row
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
     return row
@@ -213,8 +230,8 @@ def run_kernel_bench(quick: bool = False, print_fn=print) -> dict:
     copy_gbps = copy_bandwidth_gbps()
     print_fn(f"{gpu.name} (SM {gpu.sm}): device-to-device copy {copy_gbps:.0f} GB/s (read + written)")
     workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    rows, started = [], time.time()
-    for shape in shapes(embedded, quick):
+    rows, started, grid = [], time.time(), shapes(embedded, quick)
+    for shape in grid:
         cache = {"inputs": Inputs(shape)}
         for kernel in KERNELS:
             row = measure(shape, kernel, workspace, copy_gbps, cache)
@@ -222,9 +239,11 @@ def run_kernel_bench(quick: bool = False, print_fn=print) -> dict:
             print_fn(format_row(row))
         del cache
         torch.cuda.empty_cache()
+    build_rows, build_errors = host_build_rows(grid, print_fn)
     return {"gpu": gpu.name, "compute_capability": gpu.sm, "copy_GBps": round(copy_gbps, 1),
             "final_step_backend": final_step_backend(), "seconds": round(time.time() - started, 1),
-            "method": __doc__.split("Timing:")[1].strip(), "rows": rows, **run_context()}
+            "build_errors": build_errors,
+            "method": __doc__.split("Timing:")[1].strip(), "rows": rows + build_rows, **run_context()}
 
 
 def format_row(row: dict) -> str:
@@ -232,6 +251,7 @@ def format_row(row: dict) -> str:
              f"heads {row['num_qo_heads']}/{row['num_kv_heads']}")
     if "error" in row:
         return f"{shape}  {row['kernel']:<16} ERROR {row['error'][:90]}"
+    err = "NaN in the output (not all written)" if row["max_abs_err"] is None else f"{row['max_abs_err']:.2e}"
     return (f"{shape}  {row['kernel']:<16} ({row['ran']:<4}) {row['median_ms']:8.4f} ms "
-            f"{row['achieved_GBps']:7.0f} GB/s ({row['share_of_copy']:.0%} of copy)  err {row['max_abs_err']:.2e}"
+            f"{row['achieved_GBps']:7.0f} GB/s ({row['share_of_copy']:.0%} of copy)  err {err}"
             + (f"  plan {row['plan_ms']:.3f} ms" if row.get("plan_ms") is not None else ""))

@@ -35,6 +35,35 @@ def latest_kernels(runs: Runs | None = None) -> dict:
                       for name, r in ordered if name in used]}
 
 
+def kernel_rows(results: dict) -> list[dict]:
+    """The kernel rows of a kernel results file, without its host-build rows (`dflash_fi.bench.builds`)."""
+    return [r for r in results["rows"] if "what" not in r]
+
+
+def build_summary(results: dict) -> str:
+    """Markdown: per KV dtype, batch and context, each builder's host ms per draft-step metadata build, the GPU idle
+    and busy (a build that waits for the GPU takes about the queued kernel's time when it is busy), and the final
+    FlashInfer draft's build against FLASH_ATTN's plus BUILD_TARGET_MS (issue #22's target), the GPU busy."""
+    from dflash_fi.bench.builds import BUILD_TARGET_MS, WHAT, builder_names
+
+    rows = [r for r in results["rows"] if r.get("what") == WHAT]
+    builders = list(dict.fromkeys(r["kernel"] for r in rows))
+    _, final, flash_attn = builder_names()
+    lines = ["| KV | batch x context | " + " | ".join(f"{b.removeprefix('build: ')}, ms idle / busy" for b in builders)
+             + f" | final - FLASH_ATTN, busy: at most {BUILD_TARGET_MS} ms? |",
+             "|---|---|" + "---|" * (len(builders) + 1)]
+    for key in dict.fromkeys((r["kv_dtype"], r["batch"], r["context"]) for r in rows):
+        of = {r["kernel"]: r for r in rows if (r["kv_dtype"], r["batch"], r["context"]) == key}
+        cells = [f"{of[b]['host_ms_idle']:.3f} / {of[b]['host_ms_busy']:.3f}" if b in of else "-" for b in builders]
+        if final in of and flash_attn in of:
+            over = of[final]["host_ms_busy"] - of[flash_attn]["host_ms_busy"]
+            cells.append(f"{over:+.3f} ms, {'yes' if over <= BUILD_TARGET_MS else '**no**'}")
+        else:
+            cells.append("-")
+        lines.append(f"| {key[0]} | {key[1]} x {key[2]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _median_ms(rows, **where) -> float | None:
     hits = [r["median_ms"] for r in rows if "median_ms" in r and all(r[k] == v for k, v in where.items())]
     return hits[0] if hits else None
@@ -43,7 +72,7 @@ def _median_ms(rows, **where) -> float | None:
 def kernel_summary(results: dict, heads=(32, 8)) -> str:
     """Markdown: per shape with 32/8 heads, each kernel's time, the final step's speed-up over `auto`, the
     final kernel's share of the copy bandwidth, and its `plan()`'s host time."""
-    rows = [r for r in results["rows"] if (r["num_qo_heads"], r["num_kv_heads"]) == heads]
+    rows = [r for r in kernel_rows(results) if (r["num_qo_heads"], r["num_kv_heads"]) == heads]
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
     # Host time of plan(), for the final step's wrappers (files recorded before plan_ms lack it).
     planned = [k for k in ("dflash-fi-final", "dflash-fi-final-graph")
@@ -72,7 +101,8 @@ def kernel_summary(results: dict, heads=(32, 8)) -> str:
 def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8)) -> list[dict]:
     """Per shape: the final FlashInfer kernel against what the FLASH_ATTN draft runs (vLLM's FlashAttention), and
     step 6's CUDA-graph wrapper against the plain one (the same kernel, another grid)."""
-    rows = [r for r in results["rows"] if (r["num_qo_heads"], r["num_kv_heads"]) == heads and r["kv_dtype"] == kv_dtype]
+    rows = [r for r in kernel_rows(results)
+            if (r["num_qo_heads"], r["num_kv_heads"]) == heads and r["kv_dtype"] == kv_dtype]
     out = []
     for context in sorted({r["context"] for r in rows}):
         for batch in sorted({r["batch"] for r in rows}):

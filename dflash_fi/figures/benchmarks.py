@@ -36,10 +36,11 @@ def kernel_times(results: dict, num_qo_heads: int = 32, num_kv_heads: int = 8,
     from matplotlib.ticker import NullFormatter, NullLocator
 
     from dflash_fi.bench.kernels import KERNELS
+    from dflash_fi.bench.results import kernel_rows
     from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE
 
     plt = pyplot()
-    rows = [r for r in results["rows"] if (r["num_qo_heads"], r["num_kv_heads"]) == (num_qo_heads, num_kv_heads)]
+    rows = [r for r in kernel_rows(results) if (r["num_qo_heads"], r["num_kv_heads"]) == (num_qo_heads, num_kv_heads)]
     kv_dtypes = list(kv_dtypes or dict.fromkeys(r["kv_dtype"] for r in rows))
     contexts = sorted({r["context"] for r in rows})
     known = {kernel: i for i, kernel in enumerate(KERNELS)}

@@ -73,3 +73,19 @@ def common_metadata(batch: Batch, page_size: int = KV_PAGE_SIZE, device: str = "
         max_seq_len=int(seq.max()) if len(q) else 0, block_table_tensor=block_table.to(device),
         slot_mapping=torch.tensor(slots, dtype=torch.int64, device=device), causal=batch.causal,
     )
+
+
+def draft_steps(num_reqs: int, context: int, steps: int, device: str = "cpu") -> list:
+    """The CommonAttentionMetadata of `steps` consecutive DFlash draft steps of one batch, as DFlashProposer builds
+    them: each request's context grows by one block per step (every draft accepted), its host bound is 0-15 tokens
+    above the exact length, and the batch's shape (num_reqs, qo_indptr) stays."""
+    from dataclasses import replace
+
+    last = common_metadata(Batch("draft", (Q,) * num_reqs, (context + Q * steps,) * num_reqs, False), device=device)
+    cads = []
+    for step in range(steps):
+        seq_lens = torch.full((num_reqs,), context + Q * (step + 1), dtype=torch.int32)
+        slack = (torch.arange(num_reqs, dtype=torch.int32) * 5 + step) % Q
+        cads.append(replace(last, seq_lens=seq_lens.to(device), seq_lens_cpu_upper_bound=seq_lens + slack,
+                            max_seq_len=int(seq_lens.max())))
+    return cads

@@ -1,23 +1,27 @@
 """Test doubles for the only parts of FlashInfer's metadata building that need a GPU.
 
 `FlashInferMetadataBuilder.build()` decides the routing of a batch in plain Python, then hands the
-decision to FlashInfer wrapper objects (`plan()` JIT-loads CUDA kernels) and to one Triton kernel. These
-doubles stand in for exactly those, record every call, and mirror the one piece of wrapper state vLLM
-reads back: `_causal`, set by `plan(causal=...)`. On a GPU the same `build()` runs with the real objects
-(see the walkthrough's runs), so the doubles never decide anything themselves.
+decision to FlashInfer wrapper objects (`plan()` JIT-loads CUDA kernels) and to Triton kernels. These
+doubles stand in for the wrappers and vLLM's own page-index kernel, record every call, and mirror the one
+piece of wrapper state vLLM reads back: `_causal`, set by `plan(causal=...)`. Step 8's page-table kernel
+is no double: `TritonInterpreted` runs its own source under Triton's CPU interpreter. On a GPU the same
+`build()` runs with the real objects (see the walkthrough's runs), so the doubles never decide anything
+themselves.
 """
 
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
-from types import ModuleType
+from types import FunctionType, ModuleType
 from unittest import mock
 
 import torch
 
 
 class PrefillWrapperDouble:
-    """Double of flashinfer.BatchPrefillWithPagedKVCacheWrapper (its CUDA-graph mode too: fixed batch size)."""
+    """Double of flashinfer.BatchPrefillWithPagedKVCacheWrapper (its CUDA-graph mode too: fixed batch size). Outside
+    CUDA-graph mode, `plan()` keeps the page table as FlashInfer's does (host arrays copied, device arrays as given)
+    and `run()` attends over whatever page table the wrapper's buffers hold when it runs, as FA2's kernel does."""
 
     def __init__(self, workspace_buffer=None, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
                  backend="auto", **kwargs):
@@ -36,6 +40,24 @@ class PrefillWrapperDouble:
         self._logits_soft_cap = kwargs.get("logits_soft_cap") or 0.0
         self._sm_scale = kwargs.get("sm_scale")
         self.plans.append({"causal": causal, **{k: v for k, v in kwargs.items() if not torch.is_tensor(v)}})
+        if not self.use_cuda_graph and "paged_kv_indptr" in kwargs:
+            self._qo_indptr_buf = qo_indptr.clone()
+            self._paged_kv_indptr_buf = kwargs["paged_kv_indptr"].clone()
+            self._paged_kv_indices_buf = kwargs["paged_kv_indices"]
+            self._paged_kv_last_page_len_buf = kwargs["paged_kv_last_page_len"].clone()
+
+    def run(self, q, paged_kv_cache, **kwargs):
+        from dflash_fi.reference.paged_attention import paged_attention_reference
+
+        indptr, last = self._paged_kv_indptr_buf.tolist(), self._paged_kv_last_page_len_buf.tolist()
+        pages = [self._paged_kv_indices_buf[indptr[r]:indptr[r + 1]] for r in range(len(last))]
+        page_size = paged_kv_cache.shape[2]
+        lengths = torch.tensor([(len(p) - 1) * page_size + last[r] if len(p) else 0 for r, p in enumerate(pages)])
+        table = torch.zeros(len(pages), max(len(p) for p in pages), dtype=torch.int32)
+        for r, p in enumerate(pages):
+            table[r, : len(p)] = p
+        return paged_attention_reference(q, paged_kv_cache.float(), table, lengths, self._qo_indptr_buf,
+                                         causal=self._causal, sm_scale=self._sm_scale)
 
 
 class DecodeWrapperDouble:
@@ -72,6 +94,71 @@ class CopyPageIndicesKernelDouble:
         return launch
 
 
+def triton_source(kernel):
+    """One of vLLM's Triton kernels as a plain function over the real `triton.language`, for Triton's interpreter or
+    compiler. Without a GPU, vLLM's `triton.jit` is a placeholder that returns the plain function, whose globals hold
+    placeholders for `tl` and `triton` and whose `tl.constexpr` annotations are None: the function is rebuilt with
+    the real modules and its annotated parameters constexpr (vLLM annotates only those)."""
+    import triton
+    import triton.language as tl
+
+    fn = getattr(kernel, "fn", kernel)  # a JITFunction where vLLM has Triton, else the plain function
+    source = FunctionType(fn.__code__, {**fn.__globals__, "tl": tl, "triton": triton}, fn.__name__)
+    source.__annotations__ = {name: tl.constexpr for name in fn.__annotations__}
+    return source
+
+
+class _InterpretedLibraryCall:
+    """A jitted function of Triton's own library (`tl.sum`, ...) called from an interpreted kernel. Triton's
+    interpreter patches `triton.language` for such a call and never undoes it (it expects TRITON_INTERPRET=1 for the
+    whole process); here the patch is undone after the call, and the function runs on a copy of its module's
+    globals, which the interpreter adds names to, so that kernels compiled later in this process still compile."""
+
+    def __init__(self, jitted):
+        from triton.runtime.interpreter import InterpretedFunction
+
+        fn = jitted.fn
+        self._fn = FunctionType(fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__, fn.__closure__)
+        self._fn.__kwdefaults__, self._fn.__annotations__ = fn.__kwdefaults__, fn.__annotations__
+        self._interpreted = InterpretedFunction(self._fn)
+
+    def __call__(self, *args, **kwargs):
+        from triton.runtime.interpreter import _patch_lang
+
+        scope = _patch_lang(self._fn)
+        try:
+            return self._interpreted.rewrite()(*args, **kwargs)
+        finally:
+            scope.restore()
+
+
+class TritonInterpreted:
+    """A Triton kernel of vLLM's, `kernel[grid](...)`, run from its own source (`triton_source`) by Triton's CPU
+    interpreter; Triton's library functions that are themselves jitted (`tl.sum`, ...) are interpreted while it runs."""
+
+    def __init__(self, kernel):
+        import triton.language as tl
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        self.kernel = kernel.kernel if isinstance(kernel, TritonInterpreted) else kernel  # labs inside labs
+        self._kernel = InterpretedFunction(triton_source(self.kernel))
+        self._tl = tl
+        self._library = {name: _InterpretedLibraryCall(value) for name, value in vars(tl).items()
+                         if isinstance(value, JITFunction)}
+        self.launches: list[tuple] = []
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.launches.append((grid, args, kwargs))
+            with ExitStack() as stack:
+                for name, interpreted in self._library.items():
+                    stack.enter_context(mock.patch.object(self._tl, name, interpreted))
+                self._kernel[grid](*args, **kwargs)
+
+        return launch
+
+
 @contextmanager
 def flashinfer_gpu_doubles(backend_module: ModuleType):
     """Swap the GPU-only names of one FlashInfer backend module (stock or patched) for the doubles."""
@@ -82,6 +169,8 @@ def flashinfer_gpu_doubles(backend_module: ModuleType):
         "fast_plan_decode": fast_plan_decode_double,
         "_copy_page_indices_kernel": CopyPageIndicesKernelDouble(),
     }
+    if hasattr(backend_module, "_fill_paged_kv_kernel"):  # step 8 on
+        replacements["_fill_paged_kv_kernel"] = TritonInterpreted(backend_module._fill_paged_kv_kernel)
     with ExitStack() as stack:
         for name, double in replacements.items():
             stack.enter_context(mock.patch.object(backend_module, name, double))

@@ -25,7 +25,9 @@ SPEC_DECODE_QUERY_LEN = 1 + NUM_SPECULATIVE_TOKENS
 
 def cudagraph_claims(step: int, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto") -> dict:
     """FlashInfer's claim (engine config and draft config), FLASH_ATTN's, and the engine's resolved mode
-    for a FLASH_ATTN target with a FLASHINFER draft, as vLLM 0.22.1's runner resolves it."""
+    for a FLASHINFER draft with a FLASH_ATTN target (`resolved_mode`) and with a FLASHINFER target
+    (`resolved_mode_flashinfer_target`), as vLLM 0.22.1's runner resolves it. `vllm_warnings`: what vLLM logged
+    while resolving the first."""
     from vllm.config import set_current_vllm_config
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -39,22 +41,28 @@ def cudagraph_claims(step: int, capability=HOPPER, trtllm: bool = False, kv_cach
         }
         draft_claim = flashinfer.get_cudagraph_support(lab.draft_config, lab.kv_cache_spec)
         weakest = min(claims, key=lambda name: claims[name].value)
-        compilation = copy.deepcopy(lab.vllm_config.compilation_config)
-        requested = compilation.cudagraph_mode
+        requested = lab.vllm_config.compilation_config.cudagraph_mode
+
+        def resolve(backend):  # on a copy: resolving rewrites the config's mode and sizes
+            compilation = copy.deepcopy(lab.vllm_config.compilation_config)
+            return compilation.resolve_cudagraph_mode_and_sizes(
+                claims[backend], backend, uniform_decode_query_len=SPEC_DECODE_QUERY_LEN)
         warnings = WarningCollector()
         compilation_logger = logging.getLogger("vllm.config.compilation")
         compilation_logger.addHandler(warnings)
         try:
-            resolved = compilation.resolve_cudagraph_mode_and_sizes(
-                claims[weakest], weakest, uniform_decode_query_len=SPEC_DECODE_QUERY_LEN)
+            resolved = resolve(weakest)
         finally:
             compilation_logger.removeHandler(warnings)
+        # With a FlashInfer target every layer, the draft's included, is FlashInfer's, asked with the same config.
+        resolved_flashinfer_target = resolve("FlashInferBackend")
     return {
         "step": step, "capability": sm(capability), "trtllm_available": trtllm, "kv_cache_dtype": kv_cache_dtype,
         "flashinfer_claim": claims["FlashInferBackend"].name,
         "flashinfer_claim_draft_config": draft_claim.name,
         "flash_attn_claim": claims["FlashAttentionBackend"].name,
         "requested_mode": requested.name, "resolved_mode": resolved.name,
+        "resolved_mode_flashinfer_target": resolved_flashinfer_target.name,
         "vllm_warnings": warnings.messages,
     }
 

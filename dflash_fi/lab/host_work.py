@@ -6,10 +6,13 @@ DFlash's FlashInfer draft layers are a group of their own: the runner hands thei
 (causal), although those layers only ever run on the drafter's own non-causal builds. Here the draft layers'
 real builder (`RoutingLab`) gets the target batches the runner would give it, and a draft batch as DFlash
 builds it (no host copy of the sequence lengths, only an upper bound). On a GPU, `bound_planning_errors` runs
-step 7's real builder and FlashInfer's real kernel, planned from the bounds and from the exact lengths.
+step 7's real builder and FlashInfer's real kernel, planned from the bounds and from the exact lengths, and
+`plan_reuse_errors` runs step 8's through a decode's draft steps, its plan reused while the batch's shape holds.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
 from dflash_fi.lab.routing import RoutingLab
@@ -103,4 +106,94 @@ def bound_planning_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[d
                          "bounds_vs_exact": (from_bounds - from_exact).abs().max().item(),
                          "bounds_vs_reference": (from_bounds - ref).abs().max().item(),
                          "exact_vs_reference": (from_exact - ref).abs().max().item()})
+    return rows
+
+
+class DraftStep(NamedTuple):
+    batch: Batch
+    new_shape: bool  # its (batch size, qo_indptr) differs from the draft step before: step 8 plans it
+
+
+def _draft(contexts: tuple[int, ...], grown: int, slack_seed: int) -> Batch:
+    n = len(contexts)
+    return Batch(f"{n} x (1 + 15), contexts {min(contexts) + grown}..{max(contexts) + grown}", (Q,) * n,
+                 tuple(c + grown for c in contexts), False, tuple((slack_seed + 5 * r) % Q for r in range(n)))
+
+
+_SHORT, _LONG = (37, 90, 150, 304), (4000, 8174)
+# One decode's draft steps as DFlash builds them: contexts grow by a block per step, a request leaves and comes back
+# (the batch size changes and changes back), bounds exceed the exact lengths by 0-15 tokens (across a page, and
+# for long contexts, where FlashInfer would otherwise split the KV).
+PLAN_REUSE_STEPS = (
+    *(DraftStep(_draft(_SHORT, Q * k, k), k == 0) for k in range(3)),
+    *(DraftStep(_draft(_SHORT[:3], Q * k, k), k == 3) for k in range(3, 5)),
+    *(DraftStep(_draft(_SHORT, Q * k, k), k == 5) for k in range(5, 7)),
+    *(DraftStep(_draft(_LONG, Q * k, k), k == 0) for k in range(3)),
+    *(DraftStep(_draft(_LONG[1:], Q * k, k), k == 3) for k in range(3, 5)),
+)
+
+
+def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]:
+    """GPU only. PLAN_REUSE_STEPS through step 8's real builder and FlashInfer's real kernel, `plan()` counted by a spy
+    around FlashInfer's own method. Per step: whether the builder planned, whether the page table its kernel wrote is
+    the exact lengths' (computed here on the host), and the largest differences of its output
+    from a FlashInfer wrapper planned afresh on the exact lengths with split KV off as the builder's plan has it (the
+    same schedule: 0 expected), from one planned as FlashInfer plans by default, and from the fp32 reference."""
+    from unittest import mock
+
+    import torch
+    from flashinfer import BatchPrefillWithPagedKVCacheWrapper
+    from vllm.config import set_current_vllm_config
+
+    from dflash_fi.reference.paged_attention import paged_attention_reference
+
+    torch.manual_seed(seed)
+    planned, real_plan = [], BatchPrefillWithPagedKVCacheWrapper.plan
+
+    def spy(wrapper, *args, **kwargs):
+        planned.append(wrapper)
+        return real_plan(wrapper, *args, **kwargs)
+    rows = []
+    with (RoutingLab(8, kv_cache_dtype=kv_cache_dtype, on_gpu=True) as lab,
+          mock.patch.object(BatchPrefillWithPagedKVCacheWrapper, "plan", spy)):
+        builder, _, config = lab.builders["draft"]
+        hq, hkv, d = builder.num_qo_heads, builder.num_kv_heads, builder.head_dim
+        cads = [common_metadata(s.batch, device="cuda", first_page=3) for s in PLAN_REUSE_STEPS]
+        kv = torch.randn(max(int(c.block_table_tensor.max()) for c in cads) + 8, 2, KV_PAGE_SIZE, hkv, d,
+                         dtype=torch.bfloat16, device="cuda")
+        kv = kv.to(torch.float8_e4m3fn) if kv_cache_dtype == "fp8" else kv
+        fresh = BatchPrefillWithPagedKVCacheWrapper(torch.empty(128 << 20, dtype=torch.uint8, device="cuda"), "NHD",
+                                                    backend=lab.module.NON_CAUSAL_PREFILL_BACKEND)
+        for index, (step, cad) in enumerate(zip(PLAN_REUSE_STEPS, cads)):
+            q = torch.randn(cad.num_actual_tokens, hq, d, dtype=torch.bfloat16, device="cuda")
+            plans_before = sum(w is builder._noncausal_prefill_wrapper for w in planned)
+            with set_current_vllm_config(config):
+                md = builder.build(0, cad)
+            reused = md.prefill.wrapper.run(q, kv).float()
+            lengths = cad.seq_lens.cpu()
+            pages = (lengths + KV_PAGE_SIZE - 1) // KV_PAGE_SIZE
+            indptr = torch.cat([torch.zeros(1, dtype=torch.int32), pages.cumsum(0).to(torch.int32)])
+            indices = torch.cat([cad.block_table_tensor[r, :n] for r, n in enumerate(pages.tolist())])
+            last_page_len = torch.where(lengths > 0, (lengths - 1) % KV_PAGE_SIZE + 1, 0).to(torch.int32)
+            n = cad.num_reqs
+            written = (builder.paged_kv_indptr.gpu[: n + 1].cpu(), builder.paged_kv_last_page_len.gpu[:n].cpu(),
+                       builder.paged_kv_indices.gpu[: int(indptr[-1])])
+            outputs = []
+            for disable_split_kv in (True, False):
+                fresh.plan(cad.query_start_loc_cpu, indptr, indices, last_page_len, hq, hkv, d, KV_PAGE_SIZE,
+                           causal=False, sm_scale=builder.sm_scale, window_left=builder.window_left,
+                           logits_soft_cap=builder.logits_soft_cap, q_data_type=torch.bfloat16,
+                           kv_data_type=kv.dtype, o_data_type=torch.bfloat16, disable_split_kv=disable_split_kv)
+                outputs.append(fresh.run(q, kv).float())
+            ref = paged_attention_reference(q, kv.float(), cad.block_table_tensor, lengths, cad.query_start_loc_cpu,
+                                            causal=False).float()
+            rows.append({"step": index, "batch": step.batch.name, "kv_dtype": kv_cache_dtype,
+                         "new_shape": step.new_shape, "copied_from_gpu": cad._seq_lens_cpu is not None,
+                         "planned": sum(w is builder._noncausal_prefill_wrapper for w in planned) - plans_before,
+                         "page_table_exact": all(torch.equal(a, b) for a, b in zip(written, (
+                             indptr, last_page_len, indices))),
+                         "reused_vs_fresh_unsplit": (reused - outputs[0]).abs().max().item(),
+                         "reused_vs_fresh": (reused - outputs[1]).abs().max().item(),
+                         "reused_vs_reference": (reused - ref).abs().max().item(),
+                         "fresh_vs_reference": (outputs[1] - ref).abs().max().item()})
     return rows

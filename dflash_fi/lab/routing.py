@@ -8,7 +8,7 @@ DFlash's own check passes (`DFlashProposer.build_per_group_and_layer_attn_metada
 
 Everything is vLLM 0.22.1's own code and configuration classes, on the embedded model pair, under
 `pretend_gpu` (compute capability; `trtllm=True` = TRTLLM available as on Blackwell). Only FlashInfer's
-wrapper objects and one Triton kernel are doubles (`dflash_fi.lab.gpu_doubles`).
+wrapper objects and vLLM's page-index Triton kernel are doubles; step 8's runs under Triton's interpreter.
 """
 
 from __future__ import annotations
@@ -41,12 +41,15 @@ class RoutingLab:
 
     def __init__(self, step: int, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto",
                  dcp: bool = False, cuda_graphs: bool = False, target_dir: Path = DEFAULT_TARGET,
-                 drafter_dir: Path = DEFAULT_DRAFTER, on_gpu: bool = False):
-        """on_gpu: the builders as on a real GPU (this machine's), with FlashInfer's real wrappers, no doubles."""
+                 drafter_dir: Path = DEFAULT_DRAFTER, on_gpu: bool = False, max_model_len: int = 1024,
+                 draft_backend: str = "FLASHINFER"):
+        """on_gpu: the builders as on a real GPU (this machine's), FlashInfer's real wrappers, no doubles. max_model_len
+        sizes the page tables (the model's position limit raised to it: no model runs); draft_backend: the draft's."""
         from dflash_fi.steps import check_step
 
         self.step, self.capability, self.trtllm = check_step(step), tuple(capability), trtllm
         self.kv_cache_dtype, self.dcp, self.cuda_graphs, self.on_gpu = kv_cache_dtype, dcp, cuda_graphs, on_gpu
+        self.max_model_len, self.draft_backend = max_model_len, draft_backend
         self.target_dir, self.drafter_dir = Path(target_dir), Path(drafter_dir)
         self._stack: ExitStack | None = None
 
@@ -74,12 +77,14 @@ class RoutingLab:
         from dflash_fi.steps import backend_module
 
         # Model configs are read before pretending: inspecting model classes imports CUDA-only kernels.
-        model_config = ModelConfig(model=str(self.target_dir), tokenizer=str(self.target_dir),
-                                   dtype="bfloat16", max_model_len=1024, enforce_eager=not self.cuda_graphs)
+        model_config = ModelConfig(
+            model=str(self.target_dir), tokenizer=str(self.target_dir), dtype="bfloat16",
+            max_model_len=self.max_model_len, enforce_eager=not self.cuda_graphs,
+            hf_overrides={"max_position_embeddings": self.max_model_len} if self.max_model_len > 1024 else {})
         parallel_config = ParallelConfig()
         spec_config = SpeculativeConfig(
             method="dflash", model=str(self.drafter_dir), num_speculative_tokens=NUM_SPECULATIVE_TOKENS,
-            attention_backend="FLASHINFER", target_model_config=model_config,
+            attention_backend=self.draft_backend, target_model_config=model_config,
             target_parallel_config=parallel_config)
         if not self.on_gpu:
             stack.enter_context(pretend_gpu(self.capability, trtllm=self.trtllm))
@@ -98,7 +103,7 @@ class RoutingLab:
             model_config=model_config, parallel_config=parallel_config, speculative_config=spec_config,
             cache_config=CacheConfig(block_size=KV_PAGE_SIZE, cache_dtype=self.kv_cache_dtype),
             attention_config=AttentionConfig(backend="FLASHINFER"), device_config=DeviceConfig(device="cuda"),
-            scheduler_config=SchedulerConfig(max_model_len=1024, is_encoder_decoder=False),
+            scheduler_config=SchedulerConfig(max_model_len=self.max_model_len, is_encoder_decoder=False),
             compilation_config=CompilationConfig(
                 cudagraph_mode="FULL_AND_PIECEWISE" if self.cuda_graphs else "NONE"),
         )
@@ -134,8 +139,8 @@ class RoutingLab:
                 spec = layers[0].get_kv_cache_spec(config)
                 builder_cls = layers[0].attn_backend.get_builder_cls()
                 builder = builder_cls(spec, names, config, torch.device("cuda" if self.on_gpu else "cpu"))
-            if not self.on_gpu:
-                builder.set_workspace_buffer(torch.empty(0, dtype=torch.uint8))  # wrappers are doubles
+            if not self.on_gpu and hasattr(builder, "set_workspace_buffer"):  # FlashInfer's; its wrappers are doubles
+                builder.set_workspace_buffer(torch.empty(0, dtype=torch.uint8))
             self.builders[role] = (builder, names, config)
         self.kv_cache_spec = spec
 

@@ -6,12 +6,14 @@
     step 3  + separate non-causal prefill wrapper       (correct)
     step 4  + TRTLLM gating                             (correct on Blackwell too; PR #43081 ends here)
     step 5  + what upstream fixed next, faster kernel   (#48167's CUDA-graph claim; fa2 for DFlash blocks)
-    step 6  + CUDA-graph prefill wrappers               (the engine keeps its full decode graphs)
+    step 6  + CUDA-graph prefill wrappers, causal only  (the engine keeps its full decode graphs)
     step 7  + no host overhead                          (plans from host bounds; no build nobody reads)
+    step 8  + plan once                                 (a draft plan reused while its shape holds)
 
 A step module holds only its hunks: text replacements in vLLM's own `flashinfer.py`, read from the
 installed wheel. `backend_module(n)` is the module whose `FlashInferBackend` vLLM uses at step n;
-`hunk_diff(n)` is the unified diff from step n-1 to step n.
+`hunk_diff(n)` is the unified diff from step n-1 to step n, committed as docs/steps/stepN.diff for readers without
+vLLM (`python -m dflash_fi.steps.diffs` rewrites them).
 
 May import: dflash_fi.errors, dflash_fi.stack (for the installed version in an error message).
 """
@@ -35,6 +37,7 @@ STEP_MODULES = {
     5: "dflash_fi.steps.step5_upstream_fixes",
     6: "dflash_fi.steps.step6_cuda_graphs",
     7: "dflash_fi.steps.step7_host_overhead",
+    8: "dflash_fi.steps.step8_plan_once",
 }
 STEPS = tuple(STEP_MODULES)
 PR_43081_STEPS = (1, 2, 3, 4)

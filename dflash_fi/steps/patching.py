@@ -1,9 +1,10 @@
 """Apply a step's hunks to vLLM 0.22.1's own FlashInfer backend source and import the result.
 
 Each step is vLLM's `vllm/v1/attention/backends/flashinfer.py` exactly as shipped in 0.22.1, plus the
-hunks of every step up to it (PR #43081 for steps 1-4, what came after for steps 5 and 6). Nothing of vLLM is copied into this repository: the stock source is
-read from the installed wheel, checked against its known hash, and every hunk must match exactly once,
-so a different vLLM fails loudly instead of producing a silently different backend.
+hunks of every step up to it (PR #43081 for steps 1-4, what came after from step 5 on). Nothing of vLLM is
+copied into this repository: the stock source is read from the installed wheel, checked against its known
+hash, and every hunk must match exactly once, so a different vLLM fails loudly instead of producing a
+silently different backend.
 
 The patched modules import as `dflash_fi.patched.step1`, `step2`, ... (see `dflash_fi/patched/__init__.py`),
 so vLLM can resolve, pickle and log their classes like any other backend.

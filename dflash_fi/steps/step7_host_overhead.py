@@ -19,11 +19,6 @@ on the host where the FLASH_ATTN draft pays almost nothing (`dflash-fi bench e2e
   planned FlashInfer for layers that only ever run on the drafter's own (non-causal) builds. A builder
   whose layers are all DFlash draft layers (built under the draft config, `use_non_causal=True`) now
   returns metadata for such a causal batch without planning it; a forward that read it would fail loudly.
-- **Graph wrappers only where a graph replays them.** vLLM 0.22.1's drafter captures piecewise graphs
-  only (`SpecDecodeBaseProposer.initialize_cudagraph_keys`), so its blocks always run eagerly: they get the
-  plain non-causal wrapper back (step 6's padded CUDA-graph wrapper kernel is slower), and FlashInfer claims
-  `UNIFORM_BATCH` for causal (target) configs only, `UNIFORM_SINGLE_TOKEN_DECODE` for a draft config as in
-  step 5. The target's uniform verify batches keep their CUDA-graph wrappers, and the engine its full graphs.
 - **A cheaper plan().** A draft block's query length is known on the host (`max_query_len`): handed to
   `plan()`, it spares FlashInfer's Python `max()` over the query lengths.
 
@@ -87,26 +82,6 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
         self._draft_layers_only = bool(layers) and all(
             getattr(layer.impl, "non_causal", False) for layer in layers.values()
         )
-''',
-    ),
-    Hunk(
-        why="FlashInfer claims UNIFORM_BATCH for causal configs only: draft blocks get no graph wrapper",
-        old='''        # Uniform multi-token batches off TRTLLM (spec verify, DFlash draft blocks)
-        # replay through the CUDA-graph prefill wrappers, of either causality.
-        # DCP and NVFP4 prefill have none.
-        if (
-            vllm_config.parallel_config.decode_context_parallel_size == 1
-            and vllm_config.cache_config.cache_dtype != "nvfp4"
-        ):
-''',
-        new='''        # Uniform causal multi-token batches off TRTLLM (spec verify) replay through
-        # the CUDA-graph prefill wrappers. DFlash draft blocks have none: the
-        # drafter captures piecewise graphs only. DCP and NVFP4 prefill have none.
-        if (
-            vllm_config.parallel_config.decode_context_parallel_size == 1
-            and vllm_config.cache_config.cache_dtype != "nvfp4"
-            and not vllm_config.attention_config.use_non_causal
-        ):
 ''',
     ),
     Hunk(
@@ -272,25 +247,6 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
                     block_table_tensor,
                     num_reqs,
                     page_size,
-                )
-''',
-    ),
-    Hunk(
-        why="no CUDA-graph wrapper for a draft block: no full graph replays it",
-        old='''                prefill_wrapper = self._get_prefill_wrapper(
-                    causal=causal,
-                    cudagraph_batch_size=self._prefill_cudagraph_batch_size(
-                        num_decodes, num_prefill_tokens, qo_indptr_prefill_cpu
-                    ),
-                )
-''',
-        new='''                prefill_wrapper = self._get_prefill_wrapper(
-                    causal=causal,
-                    cudagraph_batch_size=self._prefill_cudagraph_batch_size(
-                        num_decodes, num_prefill_tokens, qo_indptr_prefill_cpu
-                    )
-                    if causal
-                    else None,
                 )
 ''',
     ),

@@ -1,6 +1,6 @@
 """GPU-only: FlashInfer's real kernels against the reference, step 6's CUDA-graph wrappers replaying new plans,
-step 7's plans from host-side bounds, and the walkthrough's checks on live engines (recorded in a temporary
-ledger, never in runs/)."""
+step 7's plans from host-side bounds, step 8's plan reused across draft steps, and the walkthrough's checks on live
+engines (recorded in a temporary ledger, never in runs/)."""
 
 import os
 
@@ -26,17 +26,17 @@ def test_flashinfer_non_causal_paged_prefill_matches_the_reference():
 
 
 @pytest.mark.step6
-@pytest.mark.parametrize("causal", [False, True])
-def test_step6_graph_wrapper_replays_a_new_plan(causal):
-    """Capture run() once, plan another batch of the same size (other lengths, other pages), replay: the replay
-    computes the new batch. This is what a full CUDA graph of step 6 relies on."""
+def test_step6_graph_wrapper_replays_a_new_plan():
+    """Capture run() once, plan another spec-decode verify batch of the same size (other lengths, other pages),
+    replay: the replay computes the new batch. This is what a full CUDA graph of step 6 relies on."""
     from vllm.config import set_current_vllm_config
 
     from dflash_fi.lab.routing import RoutingLab
 
     torch.manual_seed(0)
+    causal = True  # only causal uniform batches get a CUDA-graph wrapper (step 6's docstring says why)
     with RoutingLab(6, cuda_graphs=True, on_gpu=True) as lab:
-        builder, _, config = lab.builders["target" if causal else "draft"]
+        builder, _, config = lab.builders["target"]
         hq, hkv, d = builder.num_qo_heads, builder.num_kv_heads, builder.head_dim
         kv = torch.randn(400, 2, KV_PAGE_SIZE, hkv, d, dtype=torch.bfloat16, device="cuda")
         first = Batch("first", (DRAFT_BLOCK_SIZE,) * 4, (37, 90, 150, 301), causal)
@@ -79,6 +79,33 @@ def test_step7_plans_from_host_bounds_and_computes_what_exact_lengths_give(kv_ca
     assert len(rows) == len(BOUND_BATCHES) and not any(r["copied_from_gpu"] for r in rows)
     for r in rows:  # outputs are ~1e-2 here: rounding differs by ~1e-3, a misplaced chunk by ~3e-2
         assert r["bounds_vs_exact"] < 5e-3 and r["bounds_vs_reference"] <= 2 * r["exact_vs_reference"] + 1e-3, r
+
+
+@pytest.mark.step8
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
+def test_step8_reuses_a_draft_plan_while_the_shape_holds_and_computes_what_a_fresh_plan_gives(kv_cache_dtype):
+    """One decode's draft steps (contexts growing by a block per step, a request leaving and coming back, bounds above
+    the exact lengths, short and long contexts) through step 8's real builder and FlashInfer's real kernel: plan() runs
+    only when the batch's shape changes, and every step's output is what a wrapper planned afresh on the exact lengths
+    computes, bit for bit with the same schedule (split KV off), and the fp32 reference's."""
+    from dflash_fi.lab.host_work import PLAN_REUSE_STEPS, plan_reuse_errors
+
+    rows = plan_reuse_errors(kv_cache_dtype)
+    table = "\n".join(map(str, rows))
+    assert len(rows) == len(PLAN_REUSE_STEPS) and not any(r["copied_from_gpu"] for r in rows), table
+    assert [r["planned"] for r in rows] == [int(s.new_shape) for s in PLAN_REUSE_STEPS], (
+        "the builder's wrapper was planned (1) or reused (0) other than exactly when the batch's shape changed:\n"
+        + table)
+    assert all(r["page_table_exact"] for r in rows), (
+        "step 8's Triton kernel wrote a page table other than the exact lengths' (paged_kv_indptr, "
+        "paged_kv_last_page_len, paged_kv_indices):\n" + table)
+    for r in rows:
+        assert r["reused_vs_fresh_unsplit"] == 0, (
+            "the reused plan over the page table step 8's kernel wrote computes other than the same schedule planned "
+            f"afresh on the exact lengths: a stale plan or a wrong page table (step {r['step']})\n" + table)
+        # as step 7's test: outputs ~1e-2, rounding differs by ~1e-3 where the fresh plan splits the KV
+        assert r["reused_vs_fresh"] < 5e-3 and r["reused_vs_reference"] <= 2 * r["fresh_vs_reference"] + 1e-3, (
+            f"step {r['step']} is further from FlashInfer's default plan or from the reference than rounding\n" + table)
 
 
 @pytest.mark.skipif(not os.environ.get("DFLASH_FI_TEST_WALKTHROUGH"),

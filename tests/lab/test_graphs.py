@@ -31,12 +31,32 @@ def test_step5_no_uniform_batch_claim_for_non_causal_on_blackwell():
 @pytest.mark.step6
 @pytest.mark.parametrize("capability, trtllm", [(RTX_4090, False), (HOPPER, False), (BLACKWELL, True)])
 def test_step6_keeps_full_and_piecewise(capability, trtllm):
+    """The engine keeps its full graphs with a FLASH_ATTN target and with a FlashInfer one; a draft config (a DFlash
+    draft block, which no full graph replays in vLLM 0.22.1) keeps step 5's claim."""
     claims = cudagraph_claims(6, capability, trtllm=trtllm)
-    assert claims["flashinfer_claim"] == claims["flashinfer_claim_draft_config"] == "UNIFORM_BATCH"
-    assert claims["resolved_mode"] == "FULL_AND_PIECEWISE" and claims["vllm_warnings"] == []
+    assert claims["flashinfer_claim"] == "UNIFORM_BATCH"
+    assert claims["flashinfer_claim_draft_config"] == "UNIFORM_SINGLE_TOKEN_DECODE"
+    assert claims["resolved_mode"] == claims["resolved_mode_flashinfer_target"] == "FULL_AND_PIECEWISE"
+    assert claims["vllm_warnings"] == []
 
 
 @pytest.mark.step6
 def test_step6_keeps_the_old_claim_where_no_graph_wrapper_exists():
     claims = cudagraph_claims(6, HOPPER, kv_cache_dtype="fp8")
     assert claims["flashinfer_claim"] == "UNIFORM_BATCH"  # fp8 has graph wrappers; NVFP4/DCP keep step 5's answer
+
+
+@pytest.mark.step4
+@pytest.mark.step5
+@pytest.mark.parametrize("step", [4, 5])
+def test_before_step6_a_flashinfer_target_loses_the_full_graphs_too(step):
+    claims = cudagraph_claims(step, HOPPER)
+    assert claims["resolved_mode"] == claims["resolved_mode_flashinfer_target"] == "PIECEWISE"
+
+
+@pytest.mark.step7
+@pytest.mark.step8
+@pytest.mark.parametrize("step", [7, 8])
+@pytest.mark.parametrize("capability, trtllm", [(HOPPER, False), (BLACKWELL, True)])
+def test_later_steps_claim_what_step6_claims(step, capability, trtllm):
+    assert cudagraph_claims(step, capability, trtllm) == {**cudagraph_claims(6, capability, trtllm), "step": step}

@@ -1,0 +1,262 @@
+"""Step 8 - plan once: a DFlash draft block's metadata costs the host about what FLASH_ATTN's does.
+
+After step 7 a draft build no longer waits for the GPU, but it still plans every decoding step: `plan()`
+(FlashInfer's host-side scheduling and a copy of the plan to the GPU), numpy over the bounds, and a chain of
+small GPU ops for the exact page table (`cumsum`, `floor_divide`, `where`, copies), each launch costing host
+time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of-time scheduling).
+
+- **The plan holds while the batch's shape does.** A batch planned from host bounds does not split KV (step 7),
+  and then FlashInfer's FA2 plan (`PrefillSplitQOKVIndptr` in `scheduler.cuh`) depends on the batch size and
+  `qo_indptr` alone, besides what is fixed per builder (heads, head size, page size, dtypes, window, scale):
+  each request is one KV chunk whatever its length (the lengths enter only as `max(kv_len, 1)`), and the
+  kernel reads every request's exact length from the page table (`paged_kv_indptr`,
+  `paged_kv_last_page_len`). Of the arguments the builder hands `plan()` for such a batch, the rest being
+  the builder's own, `qo_indptr`, the batch size and `max_token_per_sequence` (the block's query length) can
+  change from one draft step to the next, and the page table from the bounds (`paged_kv_indptr`,
+  `paged_kv_last_page_len`, the length of `paged_kv_indices`) changes every step: KV unsplit, it changes no
+  plan, and `run()` reads the builder's exact page table instead. The builder keeps the key of the
+  non-causal wrapper's plan, (num_reqs, max_query_len, qo_indptr), and a draft batch that matches it is not
+  planned again: DFlash's blocks are 16 queries per request, so from step to step the contexts grow and the
+  key stays. Any other plan of that wrapper (a non-causal batch with exact host lengths) clears the key.
+- **One wrapper, re-planned when the key changes.** The draft batch's key changes when a request joins or
+  leaves the batch, a few times per request against hundreds of decoding steps, and a change costs one
+  `plan()`, what step 7 paid every step. A cache of wrappers per batch size would save that plan only where
+  the batch size alternates, and each `BatchPrefillWithPagedKVCacheWrapper` brings its own 8 MB integer
+  workspace on the GPU and 8 MB of pinned host memory.
+- **The exact page table in one launch.** A Triton kernel next to vLLM's `_copy_page_indices_kernel` writes
+  `paged_kv_indptr`, `paged_kv_last_page_len` and `paged_kv_indices` from `seq_lens` and the block table, one
+  program per request (each sums the pages of the requests before it), into the builder's persistent GPU
+  buffers. The planned wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
+  `_paged_kv_last_page_len_buf`); its `_qo_indptr_buf` and its plan are plan()'s own and hold with the key.
+  Step 7's copy of `seq_lens` into the wrapper's `_kv_lens_buffer` goes: FA2's `run()` never hands that
+  buffer to its kernel (in FlashInfer's `prefill.py` only the trtllm-gen kernel reads it).
+- **A short path through build().** A draft batch whose plan holds gets its metadata from that one launch
+  and the few fields `forward()` reads. Everything else takes the general path: causal batches, non-causal
+  batches with exact host lengths, and a new key (planned from the bounds as at step 7, its page table
+  written by the same launch); DCP and NVFP4 are still refused before either path.
+"""
+
+from dflash_fi.steps import step7_host_overhead as previous
+from dflash_fi.steps.patching import Hunk
+
+HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
+    Hunk(
+        why="the key of the non-causal wrapper's plan, while it holds",
+        old='''        self._noncausal_prefill_wrapper: BatchPrefillWithPagedKVCacheWrapper | None = None
+''',
+        new='''        self._noncausal_prefill_wrapper: BatchPrefillWithPagedKVCacheWrapper | None = None
+        # (num_reqs, max_query_len, qo_indptr) of the non-causal wrapper's plan, if it
+        # was planned from host bounds: later draft steps that match it reuse it.
+        self._noncausal_plan_key: tuple[int, int, np.ndarray] | None = None
+''',
+    ),
+    Hunk(
+        why="the exact page table written on the GPU in one kernel launch",
+        old='''        seq_lens = seq_lens[:num_reqs]
+        paged_kv_indptr = self.paged_kv_indptr.gpu[: num_reqs + 1]
+        paged_kv_indptr[:1] = 0
+        torch.cumsum(
+            (seq_lens + page_size - 1) // page_size,
+            dim=0,
+            dtype=torch.int32,
+            out=paged_kv_indptr[1:],
+        )
+        torch.where(
+            seq_lens > 0,
+            (seq_lens - 1) % page_size + 1,
+            seq_lens,  # 0 where it is not > 0
+            out=self.paged_kv_last_page_len.gpu[:num_reqs],
+        )
+        paged_kv_indices = self.paged_kv_indices.gpu[
+            : self.paged_kv_indptr.np[num_reqs]
+        ]
+        _copy_page_indices_kernel[(num_reqs,)](
+            paged_kv_indices,
+            block_table_tensor,
+            block_table_tensor.stride(0),
+            paged_kv_indptr,
+            BLOCK_SIZE=1024,
+        )
+        return paged_kv_indices
+''',
+        new='''        self._fill_exact_paged_kv(seq_lens, block_table_tensor, num_reqs)
+        return self.paged_kv_indices.gpu[: self.paged_kv_indptr.np[num_reqs]]
+
+    def _fill_exact_paged_kv(
+        self, seq_lens: torch.Tensor, block_table_tensor: torch.Tensor, num_reqs: int
+    ) -> None:
+        """paged_kv_indptr, paged_kv_indices and paged_kv_last_page_len of the
+        exact seq_lens, written into the GPU buffers in one launch."""
+        _fill_paged_kv_kernel[(num_reqs,)](
+            self.paged_kv_indptr.gpu,
+            self.paged_kv_indices.gpu,
+            self.paged_kv_last_page_len.gpu,
+            seq_lens,
+            block_table_tensor,
+            block_table_tensor.stride(0),
+            PAGE_SIZE=self.page_size,
+            BLOCK_SIZE=1024,
+        )
+
+    def _noncausal_plan_holds(
+        self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata
+    ) -> bool:
+        """Whether this batch would be planned from host bounds exactly as the
+        non-causal wrapper's plan was: without split KV, FA2's plan does not
+        depend on the KV lengths, only on the key."""
+        key = self._noncausal_plan_key
+        return (
+            key is not None
+            and common_prefix_len == 0
+            and common_attn_metadata._seq_lens_cpu is None
+            and common_attn_metadata.seq_lens_cpu_upper_bound is not None
+            and key[0] == common_attn_metadata.num_reqs
+            and key[1] == common_attn_metadata.max_query_len
+            and np.array_equal(key[2], common_attn_metadata.query_start_loc_cpu.numpy())
+        )
+
+    def _build_on_noncausal_plan(
+        self, common_attn_metadata: CommonAttentionMetadata
+    ) -> FlashInferMetadata:
+        """A draft step whose plan holds: only the exact page table is written."""
+        num_reqs = common_attn_metadata.num_reqs
+        num_tokens = common_attn_metadata.num_actual_tokens
+        self._fill_exact_paged_kv(
+            common_attn_metadata.seq_lens,
+            common_attn_metadata.block_table_tensor,
+            num_reqs,
+        )
+        return FlashInferMetadata(
+            num_actual_tokens=num_tokens,
+            slot_mapping=common_attn_metadata.slot_mapping,
+            q_data_type=self.q_data_type,
+            num_decodes=0,
+            num_decode_tokens=0,
+            num_prefills=num_reqs,
+            num_prefill_tokens=num_tokens,
+            prefill=FIPrefill(wrapper=self._noncausal_prefill_wrapper),
+            decode=None,
+            use_cascade=False,
+            cascade_wrapper=None,
+            causal=False,
+        )
+''',
+    ),
+    Hunk(
+        why="a draft step whose plan holds takes the short path",
+        old='''        if not causal:
+            self._check_non_causal_supported()
+        if causal:
+            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
+''',
+        new='''        if not causal:
+            self._check_non_causal_supported()
+            if self._noncausal_plan_holds(common_prefix_len, common_attn_metadata):
+                return self._build_on_noncausal_plan(common_attn_metadata)
+        if causal:
+            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
+''',
+    ),
+    Hunk(
+        why="run() reads the builder's page table on reuse too, and the plan's key is kept",
+        old='''                    if plan_from_bounds:
+                        # plan() copied the bounds to the GPU; run() reads the exact
+                        # page table (and lengths) instead.
+                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
+                            : num_reqs + 1
+                        ]
+                        prefill_wrapper._paged_kv_last_page_len_buf = (
+                            self.paged_kv_last_page_len.gpu[:num_reqs]
+                        )
+                        prefill_wrapper._kv_lens_buffer[:num_reqs].copy_(
+                            seq_lens[:num_reqs], non_blocking=True
+                        )
+''',
+        new='''                    if plan_from_bounds:
+                        # plan() copied the bounds to the GPU; run() reads the exact
+                        # page table instead, which every later build that reuses this
+                        # plan rewrites in the same buffers. (FA2's run() never reads
+                        # _kv_lens_buffer; only trtllm-gen's does.)
+                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
+                            : num_reqs + 1
+                        ]
+                        prefill_wrapper._paged_kv_indices_buf = (
+                            self.paged_kv_indices.gpu
+                        )
+                        prefill_wrapper._paged_kv_last_page_len_buf = (
+                            self.paged_kv_last_page_len.gpu[:num_reqs]
+                        )
+                    if not causal:
+                        self._noncausal_plan_key = (
+                            (
+                                num_reqs,
+                                common_attn_metadata.max_query_len,
+                                qo_indptr_cpu.numpy().copy(),
+                            )
+                            if plan_from_bounds
+                            else None
+                        )
+''',
+    ),
+    Hunk(
+        why="the Triton kernel of the exact page table",
+        old='''    offset = tl.arange(0, BLOCK_SIZE)
+    for i in tl.range(0, num_blocks, BLOCK_SIZE):
+        block_ids = tl.load(row_ptr + i + offset, mask=i + offset < num_blocks)
+        tl.store(
+            page_indices + start_idx + i + offset,
+            block_ids,
+            mask=i + offset < num_blocks,
+        )
+''',
+        new='''    offset = tl.arange(0, BLOCK_SIZE)
+    for i in tl.range(0, num_blocks, BLOCK_SIZE):
+        block_ids = tl.load(row_ptr + i + offset, mask=i + offset < num_blocks)
+        tl.store(
+            page_indices + start_idx + i + offset,
+            block_ids,
+            mask=i + offset < num_blocks,
+        )
+
+
+@triton.jit
+def _fill_paged_kv_kernel(
+    paged_kv_indptr,
+    paged_kv_indices,
+    paged_kv_last_page_len,
+    seq_lens,
+    block_table,
+    block_table_stride,
+    PAGE_SIZE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
+):
+    # FlashInfer's page table of seq_lens, one program per request.
+    req_idx = tl.program_id(0)
+    offset = tl.arange(0, BLOCK_SIZE)
+    # This request's first page: the pages of the requests before it.
+    num_pages_before = tl.full([BLOCK_SIZE], 0, dtype=tl.int32)
+    for i in tl.range(0, req_idx, BLOCK_SIZE):
+        lens = tl.load(seq_lens + i + offset, mask=i + offset < req_idx, other=0)
+        num_pages_before += (lens.to(tl.int32) + PAGE_SIZE - 1) // PAGE_SIZE
+    start_idx = tl.sum(num_pages_before)
+    seq_len = tl.load(seq_lens + req_idx).to(tl.int32)
+    num_blocks = (seq_len + PAGE_SIZE - 1) // PAGE_SIZE
+    if req_idx == 0:
+        tl.store(paged_kv_indptr, 0)
+    tl.store(paged_kv_indptr + req_idx + 1, start_idx + num_blocks)
+    tl.store(
+        paged_kv_last_page_len + req_idx,
+        tl.where(seq_len > 0, (seq_len - 1) % PAGE_SIZE + 1, 0),
+    )
+
+    row_ptr = block_table + req_idx * block_table_stride
+    for i in tl.range(0, num_blocks, BLOCK_SIZE):
+        block_ids = tl.load(row_ptr + i + offset, mask=i + offset < num_blocks)
+        tl.store(
+            paged_kv_indices + start_idx + i + offset,
+            block_ids,
+            mask=i + offset < num_blocks,
+        )
+''',
+    ),
+)
