@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -149,19 +150,20 @@ def bench(args) -> int:
         results = run_kernel_bench(quick=args.quick)
     else:
         from dflash_fi.bench.e2e import run_e2e_bench
+        from dflash_fi.bench.turns import targets_table, turns_of, turns_table
         from dflash_fi.engine.identity import Pair
+        from dflash_fi.runs import Tee
 
         pairs = {"all": (Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), "embedded": (Pair.EMBEDDED,),
                  "shape": (Pair.QWEN3_4B_SHAPE,)}[args.models]
-        results = run_e2e_bench(quick=args.quick, pairs=pairs, rounds=args.rounds)
+        with contextlib.redirect_stdout(tee := Tee(sys.stdout)):  # its transcript is recorded beside the results
+            results = run_e2e_bench(quick=args.quick, pairs=pairs, rounds=args.rounds)
+            turns = turns_of(results, out.name)
+            for pair in turns.pairs():
+                print(f"\n{pair.value}:\n{turns_table(turns, pair)}")
+            print(f"\n{targets_table(turns)}")
+        write_result(out.with_suffix(".txt"), tee.kept.getvalue(), args.record)
     print(f"results: {write_result(out, results, args.record)}")
-    if args.what == "e2e":
-        from dflash_fi.bench.turns import targets_table, turns_of, turns_table
-
-        turns = turns_of(results, out.name)
-        for pair in turns.pairs():
-            print(f"\n{pair.value}:\n{turns_table(turns, pair)}")
-        print(f"\n{targets_table(turns)}")
     return 0
 
 

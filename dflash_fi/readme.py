@@ -101,7 +101,7 @@ def verdict() -> str:
 
 def results_page() -> str:
     """docs/RESULTS.md, whole."""
-    from dflash_fi.bench.results import kernel_pivot, kernel_pivot_table, kernel_summary, latest_kernels
+    from dflash_fi.bench.results import build_summary, kernel_pivot, kernel_pivot_table, kernel_summary, latest_kernels
     from dflash_fi.bench.turns import build_table, idle_cpu, targets_table, turns_table
     from dflash_fi.errors import NoRecord
     from dflash_fi.evidence.report import render_mixed_table, render_table
@@ -130,13 +130,26 @@ def results_page() -> str:
                 parts += [f"Where the host time of a decoding step goes, {pair.value}, batch {batch}:", "",
                           build_table(turns, pair, batch), ""]
     try:
+        from dflash_fi.bench.profile import BATCHES, anatomy, latest_profile
+
+        profile = latest_profile()
+        parts += ["## Where a draft build's host time goes", "", f"`runs/{profile['file']}` (commit "
+                  f"{profile['git_commit'][:10]}): cProfile inside every metadata build, which slows what it watches; "
+                  "read where the time goes, not how much.", ""]
+        for batch in BATCHES:
+            parts += [f"Batch {batch}:", "", anatomy(profile, batch), ""]
+    except NoRecord:
+        pass
+    try:
         kernels = latest_kernels()
     except NoRecord:
         kernels = None
     if kernels:
         parts += ["## Kernels", "", f"{kernels['gpu']} (SM {kernels['compute_capability']}), "
-                  f"`runs/{kernels['parts'][-1]['file']}` (commit {kernels['git_commit'][:10]}).", "",
+                  f"`runs/{kernels['file']}` (commit {kernels['git_commit'][:10]}).", "",
                   kernel_pivot_table(kernel_pivot(kernels)), "", "All kernels, 32/8 heads:", "", kernel_summary(kernels), ""]
+        if any(r.get("what") for r in kernels["rows"]):
+            parts += ["### One draft step's metadata build, on the host", "", build_summary(kernels), ""]
     return "\n".join(parts).rstrip() + "\n"
 
 

@@ -10,6 +10,7 @@ are `dflash_fi.engine.records` (engine records) and `dflash_fi.evidence.ledger` 
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import re
@@ -146,6 +147,20 @@ class Runs:
     def ledger(self) -> list[dict]:
         """Every line of every GPU's ledger."""
         return [r for f in self.files(Kind.LEDGER) for r in f.read()]
+
+
+class Tee(io.TextIOBase):
+    """What a command prints, on the terminal and kept for its transcript (`with contextlib.redirect_stdout(tee)`)."""
+
+    def __init__(self, terminal):
+        self.terminal, self.kept = terminal, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.kept.write(text)
+        return self.terminal.write(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
 
 
 def refuse_existing(path: Path) -> None:

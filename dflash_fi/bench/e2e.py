@@ -31,7 +31,7 @@ from dflash_fi.logs import LOG_DIR
 
 ROUNDS = 6  # the first warms up; five are measured
 BATCHES, SHAPE_BATCHES = (1, 8, 32), (1, 32)
-NEW_TOKENS, SHAPE_NEW_TOKENS = 512, 256
+NEW_TOKENS, SHAPE_NEW_TOKENS = 512, 192
 BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 4, 2
 QWEN3_4B_TARGET = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560,

@@ -41,7 +41,7 @@ from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_CACHE_DTYPE_NAMES, KV_PAGE
 KERNELS = ("flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "dflash-fi-final", "dflash-fi-final-graph",
            "vllm-flash-attn")
 CONTEXTS = (512, 2048, 8192)
-BATCHES = (1, 4, 8, 16, 32, 64)  # 1, 8 and 32: the e2e benchmark's batches
+BATCHES = (1, 8, 32)  # the engine benchmark's batches
 HEAD_DIM = 128
 
 

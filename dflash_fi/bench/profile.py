@@ -1,7 +1,7 @@
 """`dflash-fi profile`: where the attention metadata builds of a decoding step spend host time, step by step.
 
-Engines with vLLM's CUDA graphs on the embedded pair, the FLASH_ATTN draft and the FlashInfer draft at steps 6 to
-the final one, at batch 1 and batch 32 (held-out prompts decoded together), each build under cProfile
+Engines with vLLM's CUDA graphs on the embedded pair, the FLASH_ATTN draft and the FlashInfer draft at the step before
+the final one and at the final one, at batch 1 and batch 32 (held-out prompts decoded together), each build under cProfile
 (DFLASH_FI_PROFILE_BUILDS): per builder, its builds and the functions that took the most of its own time, with file
 and line. The profiler slows what it watches: read where the time goes, not how much (the engine benchmark times).
 The engines share the GPU, as correctness runs do.
@@ -15,14 +15,14 @@ from dflash_fi.engine.spec import RunSpec
 
 BATCHES = (1, 32)
 NEW_TOKENS = 256
-FIRST_STEP = 6  # the first step that keeps the engine's full graphs
 
 
 def profile_runs() -> list[RunId]:
-    from dflash_fi.steps import STEPS
+    """Before and after the final step, beside what the FLASH_ATTN draft builds."""
+    from dflash_fi.steps import FINAL_STEP
 
     return [RunId(draft_backend="FLASH_ATTN", cuda_graphs=True),
-            *(RunId(step=s, cuda_graphs=True) for s in STEPS if s >= FIRST_STEP)]
+            *(RunId(step=s, cuda_graphs=True) for s in (FINAL_STEP - 1, FINAL_STEP))]
 
 
 def profile_plan() -> list[RunSpec]:
@@ -50,3 +50,34 @@ def run_profiles(print_fn=print) -> dict:
         engines.append(data)
     return {"schema": 2, "gpu": gpu.name, "compute_capability": gpu.sm, "method": __doc__.strip(),
             "engines": engines, **run_context()}
+
+
+def latest_profile(runs=None) -> dict:
+    """The newest committed build profile written by this command (schema 2), with its file's name."""
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.runs import Kind, Runs
+
+    typed = [f for f in (runs or Runs()).files(Kind.BUILD_PROFILE) if f.read().get("schema") == 2]
+    if not typed:
+        raise NoRecord("no build profile is recorded under runs/: run `dflash-fi profile --record` on a GPU")
+    newest = max(typed, key=lambda f: f.finished_at)
+    return {**newest.read(), "file": newest.path.name}
+
+
+def anatomy(profile: dict, batch: int, role: str = "draft step", top: int = 6) -> str:
+    """Markdown: for each profiled engine at this batch, where one metadata build of `role` spends its host time:
+    the `top` functions by own time, per build (file and line, so that each row points at code)."""
+    from dflash_fi.engine.identity import label
+    from dflash_fi.engine.records import EngineRecord, Role
+
+    lines = ["| run | builder | function (file:line) | calls per build | own ms per build |", "|---|---|---|---|---|"]
+    for record in (EngineRecord.from_json(e) for e in profile["engines"]):
+        if record.spec.num_prompts != batch or not record.ok:
+            continue
+        builds = {t.key: t.builds for g in record.generates.values() for t in g.builds}
+        for p in (p for p in record.build_profiles if p.key.role is Role(role)):
+            n = max(builds.get(p.key, 1), 1)
+            for f in p.functions[:top]:
+                lines.append(f"| {label(record.run)} | {p.key.backend} ({p.key.layers} layers) | `{f.function}` "
+                             f"({f.file}:{f.line}) | {f.calls / n:.1f} | {f.own_s * 1000 / n:.4f} |")
+    return "\n".join(lines)

@@ -8,31 +8,15 @@ from __future__ import annotations
 from dflash_fi.runs import Kind, Runs
 
 
-# What makes two rows the same measurement: a later file's row replaces an earlier file's.
+# What makes two rows the same measurement (no two rows of a results file share them).
 ROW_KEYS = {"kernels": ("kernel", "kv_dtype", "batch", "context", "num_qo_heads", "num_kv_heads")}
 
 
 def latest_kernels(runs: Runs | None = None) -> dict:
-    """The kernel benchmark files of the GPU that ran last, read together: a rerun writes a new file (runs/ is
-    append-only), and where two files measured the same thing, the later one's row is kept. `parts` says where each
-    kept row came from; every row carries its file in `part`."""
-    runs = runs or Runs()
-    runs.newest(Kind.BENCH_KERNELS)  # says what to run when there is none
-    results = {f.path.name: f.read() for f in runs.files(Kind.BENCH_KERNELS)}
-    newest = max(results.values(), key=lambda r: r["finished_at"])
-    parts = {name: r for name, r in results.items() if r["gpu"] == newest["gpu"]}
-    ordered = sorted(parts.items(), key=lambda item: item[1]["finished_at"])
-    kept: dict[tuple, dict] = {}
-    for name, r in ordered:
-        for row in r["rows"]:
-            kept[tuple(row[k] for k in ROW_KEYS["kernels"])] = {**row, "part": name}
-    used = {row["part"] for row in kept.values()}
-    return {**newest, "rows": list(kept.values()),
-            "engines": [e for name, r in ordered if name in used for e in r.get("engines", [])],
-            "parts": [{"file": name, "git_commit": r["git_commit"], "finished_at": r["finished_at"],
-                       "rows": sum(row["part"] == name for row in kept.values()),
-                       "engines_at_once": r.get("engines_at_once")}
-                      for name, r in ordered if name in used]}
+    """The newest kernel benchmark file, whole (`file`: its name). Files are not merged: each was timed its own way
+    (the newest with FlashInfer's helpers), and a row from one beside a row from another would not compare."""
+    newest = (runs or Runs()).newest(Kind.BENCH_KERNELS)
+    return {**newest.read(), "file": newest.path.name}
 
 
 def kernel_rows(results: dict) -> list[dict]:

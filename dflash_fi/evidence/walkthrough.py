@@ -10,7 +10,6 @@ Without one: the list of checks that were not run, and the last walkthrough reco
 from __future__ import annotations
 
 import contextlib
-import io
 import sys
 import time
 import uuid
@@ -22,7 +21,7 @@ from dflash_fi.evidence.near_ties import committed_margin, measure_margin
 from dflash_fi.evidence.plan import expected_to_fail, walkthrough_plan
 from dflash_fi.evidence.report import recorded_walkthrough, render_mixed_table, render_table
 from dflash_fi.models import DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS
-from dflash_fi.runs import Kind, Runs
+from dflash_fi.runs import Kind, Runs, Tee
 
 
 def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, runs: Runs | None = None,
@@ -102,24 +101,10 @@ def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) ->
     return reference
 
 
-class _Tee(io.TextIOBase):
-    """What the walkthrough prints, on the terminal and kept for its transcript under runs/."""
-
-    def __init__(self, terminal):
-        self.terminal, self.kept = terminal, io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.kept.write(text)
-        return self.terminal.write(text)
-
-    def flush(self) -> None:
-        self.terminal.flush()
-
-
 def main(num_prompts: int = DEFAULT_NUM_PROMPTS, max_new_tokens: int = DEFAULT_NEW_TOKENS,
          runs: Runs | None = None) -> int:
     """The walkthrough; on a GPU its whole output is also written to runs/<gpu>.walkthrough-<id>.txt."""
-    tee = _Tee(sys.stdout)
+    tee = Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
         code, gpu, walkthrough_id = _main(num_prompts, max_new_tokens, runs or Runs())
     if walkthrough_id is not None:

@@ -68,16 +68,14 @@ def test_shipped_pair_is_small_and_complete():
 
 
 def test_gpu_walkthrough_ran_the_shipped_weights():
-    from dflash_fi.evidence.ledger import all_records
-    from dflash_fi.evidence.report import latest_walkthrough
+    from dflash_fi.evidence.ledger import latest_walkthrough
 
-    latest = latest_walkthrough(all_records())
-    if latest is None:
-        pytest.skip("no GPU walkthrough recorded under runs/")
+    latest = latest_walkthrough()
+    assert latest is not None, "no GPU walkthrough recorded under runs/"
     for name, path in (("target", DEFAULT_TARGET), ("drafter", DEFAULT_DRAFTER)):
         shipped = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
         for record in latest[1].values():
-            assert record["models"][name]["weights_sha256"]["model.safetensors"] == shipped
+            assert record.provenance.models[name]["weights_sha256"]["model.safetensors"] == shipped
 
 
 @pytest.mark.parametrize("n", [0, -3, 10**6])
