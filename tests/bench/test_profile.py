@@ -1,0 +1,30 @@
+"""The build profile's plan and its anatomy table (the profiles themselves exist only on a GPU)."""
+
+from dflash_fi.bench.profile import BATCHES, anatomy, profile_plan
+from dflash_fi.engine.identity import RunId
+from dflash_fi.engine.records import (BuildKey, BuildProfile, BuildTiming, EngineRecord, GenerateResult,
+                                      ProfiledFunction, Provenance)
+from dflash_fi.engine.spec import RunSpec
+from dflash_fi.steps import FINAL_STEP
+
+
+def test_the_plan_profiles_before_and_after_the_final_step_beside_flash_attn():
+    specs = profile_plan()
+    assert {s.run.step for s in specs if s.run.draft_backend == "FLASHINFER"} == {FINAL_STEP - 1, FINAL_STEP}
+    assert {s.num_prompts for s in specs} == set(BATCHES) and all(s.run.cuda_graphs for s in specs)
+    for spec in specs:
+        spec.validate()
+
+
+def test_the_anatomy_is_per_build_and_points_at_code():
+    key = BuildKey("draft step", "FLASHINFER", 2)
+    functions = (ProfiledFunction("plan", "flashinfer/prefill.py", 1500, 40, 0.020, 0.030),
+                 ProfiledFunction("floor_divide", "~", 0, 40, 0.004, 0.004))
+    generate = GenerateResult(num_requests=32, generate_s=1.0, output_tokens_per_s=1.0, steps=40.0, tokens_sha256="x",
+                              builds=(BuildTiming(key, 40, 0.03, 512, 0),))
+    record = EngineRecord(RunSpec(RunId(step=7, cuda_graphs=True), num_prompts=32), True,
+                          generates={"uniform": generate}, build_profiles=(BuildProfile(key, 0.03, functions),),
+                          provenance=Provenance("GPU", "9.0", {}, "abc", "t", "now"))
+    table = anatomy({"engines": [record.to_json()]}, batch=32)
+    assert "| step 7 FLASHINFER draft, CUDA graphs | FLASHINFER (2 layers) | `plan` (flashinfer/prefill.py:1500) | 1.0 | 0.5000 |" in table
+    assert anatomy({"engines": [record.to_json()]}, batch=1).count("\n") == 1  # no engine of that batch: no rows
