@@ -5,6 +5,7 @@
     acceptance.py  acceptance per draft position (02, 03), tau per run (04)
     benchmarks.py  kernel times, FlashInfer against FLASH_ATTN drafts in pairs of rounds, a decoding step's time
                    (06, README); the SVGs of docs/figures/
+    rendered.py    how many browser screens a notebook's nbconvert HTML takes (`python -m dflash_fi.figures.rendered`)
 
 Each function returns a matplotlib Figure; notebooks show it inline, `dflash-fi figures` writes the
 benchmark ones as SVG under docs/figures/.
