@@ -163,8 +163,9 @@ def figures(args) -> int:
     from dflash_fi.bench.results import latest_results
     from dflash_fi.bench.turns import latest_turns
     from dflash_fi.figures import write_benchmark_figures
+    from dflash_fi.figures.path import write_path_figure
 
-    for path in write_benchmark_figures(latest_results("kernels"), latest_turns()):
+    for path in [*write_benchmark_figures(latest_results("kernels"), latest_turns()), write_path_figure()]:
         print(path)
     return 0
 

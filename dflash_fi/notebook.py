@@ -12,6 +12,7 @@ on the last walkthrough committed under runs/, and say so. A live cell prints on
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 # Live runs are smaller than the walkthrough's: engine start-up dominates either way.
@@ -185,3 +186,75 @@ def step_map() -> str:
         lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
                      f"`{NOTEBOOK_OF_STEP[step]}` | `pytest -m step{step}` |")
     return "\n".join(lines)
+
+
+# Code, diffs, engine calls: HTML with inline styles (nbconvert and GitHub keep them) and text/plain for nbval.
+def show_hunks(step: int, only: list[int] | None = None, max_lines: int = 30) -> None:
+    """Step `step`'s hunks numbered `only` (1-based, as shown; default all), each under its `why`; one over
+    `max_lines` lines is cut, and says so."""
+    from IPython.display import display
+
+    from dflash_fi.figures.listings import hunk_blocks
+    from dflash_fi.lab.hunks import step_hunks
+
+    display(hunk_blocks(step, step_hunks(step), only, max_lines))
+
+
+def show_step_diff(step: int) -> None:
+    """The whole diff of step `step` against step `step - 1`, folded (an appendix cell)."""
+    from IPython.display import display
+
+    from dflash_fi.figures.listings import folded_diff
+    from dflash_fi.steps import hunk_diff
+
+    display(folded_diff(f"The whole diff of step {step}", hunk_diff(step)))
+
+
+def show_source(function, blocks: list[tuple[str, str]]) -> None:
+    """vLLM's own source of `function`, only the lines from each block's first regex to its last ('...' between)."""
+    from IPython.display import display
+
+    from dflash_fi.figures.listings import source_excerpt
+
+    display(source_excerpt(function, blocks))
+
+
+def show_engine_calls(runs: list) -> None:
+    """Engines as a reader would start them, one script each: the `LLM(...)` call they share, once, then a table of
+    what each changes. `runs`: RunSpecs, or walkthrough labels (run at the live cells' size)."""
+    from IPython.display import display
+
+    from dflash_fi.engine.spec import SHOWN_ARGUMENTS, RunSpec, engine_arguments
+    from dflash_fi.evidence.plan import live_spec
+    from dflash_fi.figures.listings import engine_calls
+    from dflash_fi.plugin import STEP_ENV
+    from dflash_fi.stack import REPO_ROOT
+
+    def relative(value):  # the same text on every machine
+        if isinstance(value, dict):
+            return {k: relative(v) for k, v in value.items()}
+        return value.removeprefix(f"{REPO_ROOT}/") if isinstance(value, str) else value
+
+    # TODO(port): labels go when run identities are typed; RunSpecs stay.
+    specs = [r if isinstance(r, RunSpec) else live_spec(r, LIVE_PROMPTS, LIVE_NEW_TOKENS) for r in runs]
+    calls = {s.label: {k: relative(v) for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
+    listing, table = engine_calls(calls, {s.label: s.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS)
+    display(listing)
+    show(table)
+
+
+@contextmanager
+def wrapped_lines(width: int = 110):
+    """What the block prints, wrapped at word boundaries (a browser breaks a long line mid-word)."""
+    import io
+    import textwrap
+    from contextlib import redirect_stdout
+
+    printed = io.StringIO()
+    try:
+        with redirect_stdout(printed):
+            yield
+    finally:
+        for line in printed.getvalue().splitlines():
+            print(textwrap.fill(line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+                  if line.strip() else line)
