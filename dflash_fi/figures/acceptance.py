@@ -72,6 +72,8 @@ def tau_by_step(records: dict[str, dict], reference: dict, labels: list[str],
                 title: str = "Acceptance length tau of each run, against the reference decoder"):
     """tau of each run named, against the reference decoder's two predictions; a run without a tau keeps its
     place on the x axis and says why it has none (its error's type and phase)."""
+    import textwrap
+
     from matplotlib.patches import Patch
 
     plt = pyplot()
@@ -92,7 +94,8 @@ def tau_by_step(records: dict[str, dict], reference: dict, labels: list[str],
                              ("tau_causal", "reference decoder, causal block", COLORS["refused"])):
         ax.axhline(reference[key], color=color, ls="--", lw=1.4, label=f"{name} ({reference[key]:.2f})")
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels([short_run_label(label) for label in labels], rotation=20, fontsize=8, ha="right")
+    # Wrapped, not rotated: a rotated long label takes the figure's height and runs off its side.
+    ax.set_xticklabels([textwrap.fill(short_run_label(label), 19) for label in labels], fontsize=8)
     ax.set_xlim(-0.6, len(labels) - 0.4)
     ax.set_ylim(1, 1 + (top - 1) * 1.08)
     ax.set_xlabel("engine run (step N: the FLASHINFER draft with the patch up to step N)")
