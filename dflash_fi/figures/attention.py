@@ -26,7 +26,7 @@ def block_masks(num_context: int = 8):
     from dflash_fi.reference.drafter import CAUSAL, NON_CAUSAL, block_attention_mask
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True, layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, layout="constrained")
     anchor = torch.tensor([[num_context]])
     colormap = ListedColormap([MASKED_OUT, COLORS["accepted"]])
     for ax, mode, title in ((axes[0], NON_CAUSAL, "non-causal (what DFlash is trained for)"),
