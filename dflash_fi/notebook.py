@@ -12,8 +12,9 @@ on the last walkthrough committed under runs/, and say so. A live cell prints on
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
+
+from dflash_fi.figures.listings import wrapped_lines  # noqa: F401 (the notebooks import it from here)
 
 # Live runs are smaller than the walkthrough's: engine start-up dominates either way.
 LIVE_PROMPTS, LIVE_NEW_TOKENS = 16, 96
@@ -210,13 +211,14 @@ def show_step_diff(step: int) -> None:
     display(folded_diff(f"The whole diff of step {step}", hunk_diff(step)))
 
 
-def show_source(function, blocks: list[tuple[str, str]]) -> None:
-    """vLLM's own source of `function`, only the lines from each block's first regex to its last ('...' between)."""
+def show_source(function, blocks: list[tuple[str, str]], mark: tuple[str, ...] = ()) -> None:
+    """vLLM's own source of `function`: its def line, and the lines from each block's first regex to its last
+    ('...' between); lines matching a regex of `mark` (default: each block's first) stand out."""
     from IPython.display import display
 
     from dflash_fi.figures.listings import source_excerpt
 
-    display(source_excerpt(function, blocks))
+    display(source_excerpt(function, blocks, mark))
 
 
 def show_engine_calls(runs: list) -> None:
@@ -230,31 +232,24 @@ def show_engine_calls(runs: list) -> None:
     from dflash_fi.plugin import STEP_ENV
     from dflash_fi.stack import REPO_ROOT
 
-    def relative(value):  # the same text on every machine
-        if isinstance(value, dict):
-            return {k: relative(v) for k, v in value.items()}
-        return value.removeprefix(f"{REPO_ROOT}/") if isinstance(value, str) else value
-
     # TODO(port): labels go when run identities are typed; RunSpecs stay.
     specs = [r if isinstance(r, RunSpec) else live_spec(r, LIVE_PROMPTS, LIVE_NEW_TOKENS) for r in runs]
-    calls = {s.label: {k: relative(v) for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
-    listing, table = engine_calls(calls, {s.label: s.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS)
+    calls = {s.label: {k: v for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
+    listing, table = engine_calls(calls, {s.label: s.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS, REPO_ROOT)
     display(listing)
     show(table)
 
 
-@contextmanager
-def wrapped_lines(width: int = 110):
-    """What the block prints, wrapped at word boundaries (a browser breaks a long line mid-word)."""
-    import io
-    import textwrap
-    from contextlib import redirect_stdout
+def lesson_map() -> str:
+    """Markdown: each step, what it is, its hunks (the reason for each), and its notebook."""
+    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP
+    from dflash_fi.steps import STEPS, step_module, step_title
 
-    printed = io.StringIO()
-    try:
-        with redirect_stdout(printed):
-            yield
-    finally:
-        for line in printed.getvalue().splitlines():
-            print(textwrap.fill(line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
-                  if line.strip() else line)
+    lines = ["| step | what it is | its hunks, each by its reason | notebook |", "|---|---|---|---|"]
+    for step in STEPS:
+        previous = len(step_module(step - 1).HUNKS) if step else 0
+        hunks = "; ".join(h.why for h in step_module(step).HUNKS[previous:]) or "none: vLLM as shipped"
+        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
+                     f"{NOTEBOOK_OF_STEP[step][:2]} |")
+    return "\n".join(lines)
+

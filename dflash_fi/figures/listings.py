@@ -7,6 +7,7 @@ them: no stylesheet, no script), with the same text as `text/plain` for nbval an
     details_block(summary, body)   a collapsed <details> (the whole diff of a step, for whoever wants it)
     excerpt(source, blocks)        only the lines of a source a reader needs, '...' between them
     common_call(calls)             what N engine calls share, and what each changes
+    wrapped_lines()                a with-block whose printed lines are wrapped at words (a browser breaks mid-word)
     engine_calls(calls, steps)     the shared `LLM(...)` call as a listing, and a markdown table of the rest
 
 Every function returns plain data (a `Listing`: html and text); nothing here displays or imports IPython.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import html
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 MONO = "font-family: SFMono-Regular, Menlo, Consolas, 'Liberation Mono', monospace; font-size: 12px; line-height: 1.35"
@@ -99,12 +101,12 @@ def folded_diff(summary: str, diff: str) -> Listing:
     return details_block(f"{summary} ({len(diff.splitlines())} lines)", diff_block(diff, max_lines=None))
 
 
-def source_excerpt(function, blocks: list[tuple[str, str]]) -> Listing:
+def source_excerpt(function, blocks: list[tuple[str, str]], mark: tuple[str, ...] = ()) -> Listing:
     """`excerpt` of a function's source (as installed), headed by its module and name."""
     import inspect
     import textwrap
 
-    code, marked = excerpt(textwrap.dedent(inspect.getsource(function)), blocks)
+    code, marked = excerpt(textwrap.dedent(inspect.getsource(function)), blocks, mark)
     return code_block(code, f"{function.__module__}.{function.__qualname__}", tuple(marked))
 
 
@@ -112,23 +114,24 @@ def stack(*listings: Listing) -> Listing:
     return Listing("".join(x.html for x in listings), "\n\n".join(x.text for x in listings))
 
 
-def excerpt(source: str, blocks: list[tuple[str, str]], keep_first: bool = True) -> tuple[str, list[int]]:
-    """The lines of `source` from each block's first regex to its last (inclusive), '...' where lines are left
-    out, and (keep_first) the first line, a def's signature. Returns the text and its lines (1-based) that match
-    a block's regexes, for `code_block(marked=...)`."""
+def excerpt(source: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = ()) -> tuple[str, list[int]]:
+    """The `def` line of `source`, then the lines from each block's first regex to its last (inclusive), '...' where
+    lines are left out. Returns the text and the numbers (1-based) of its lines that match a regex of `mark` (by
+    default, each block's first line), for `code_block(marked=...)`."""
     lines = source.rstrip("\n").splitlines()
-    keep, marked_at = {0} if keep_first else set(), set()
+    keep = {next((i for i, line in enumerate(lines) if line.lstrip().startswith(("def ", "async def "))), 0)}
+    firsts = set()
     for first, last in blocks:
         start = next(i for i, line in enumerate(lines) if re.search(first, line))
         end = next(i for i in range(start, len(lines)) if re.search(last, lines[i]))
         keep.update(range(start, end + 1))
-        marked_at.update(i for i in (start, end))
-    out, marked, previous = [], [], -1
+        firsts.add(start)
+    out, marked, previous = [], [], None
     for i in sorted(keep):
-        if previous >= 0 and i > previous + 1:
+        if previous is not None and i > previous + 1:
             out.append(" " * (len(lines[i]) - len(lines[i].lstrip())) + "...")
         out.append(lines[i])
-        if i in marked_at:
+        if any(re.search(m, lines[i]) for m in mark) if mark else i in firsts:
             marked.append(len(out))
         previous = i
     if previous < len(lines) - 1:
@@ -192,10 +195,17 @@ def _shown_path(path: str) -> str:
     return head + "".join(f"[{key!r}]" for key in rest)
 
 
-def engine_calls(calls: dict[str, dict], steps: dict[str, int], env: str, order: tuple[str, ...]) -> tuple[Listing, str]:
+def engine_calls(calls: dict[str, dict], steps: dict[str, int], env: str, order: tuple[str, ...],
+                 root=None) -> tuple[Listing, str]:
     """calls: engine name -> its `LLM(**kwargs)`; steps: engine name -> the step `env` selects. The call all share
-    (arguments in `order`) as a listing, and a markdown table: each engine, its step, what it changes."""
-    base, differences = common_call(calls)
+    (arguments in `order`, paths under `root` shown relative to it) as a listing, and a markdown table: each engine,
+    its step, what it changes."""
+    def relative(value):  # the same text on every machine
+        if isinstance(value, dict):
+            return {k: relative(v) for k, v in value.items()}
+        return value.removeprefix(f"{root}/") if root and isinstance(value, str) else value
+
+    base, differences = common_call({name: relative(kwargs) for name, kwargs in calls.items()})
     lines = ["import os", "from vllm import LLM", "",
              f"os.environ[{env!r}] = step  # FLASHINFER's step: the table's column 'step' (0: vLLM's own)",
              "llm = LLM(", *(f"    {name}={_argument(base[name])}," for name in order if name in base), ")"]
@@ -212,3 +222,20 @@ def _argument(value) -> str:
     if not isinstance(value, dict) or len(repr(value)) < 70:
         return repr(value)
     return "{\n" + "".join(f"        {k!r}: {v!r},\n" for k, v in value.items()) + "    }"
+
+
+@contextmanager
+def wrapped_lines(width: int = 110):
+    """What the block prints, wrapped at word boundaries (a browser breaks a long line mid-word)."""
+    import io
+    import textwrap
+    from contextlib import redirect_stdout
+
+    printed = io.StringIO()
+    try:
+        with redirect_stdout(printed):
+            yield
+    finally:
+        for line in printed.getvalue().splitlines():
+            print(textwrap.fill(line, width, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False)
+                  if line.strip() else line)

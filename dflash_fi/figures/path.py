@@ -14,8 +14,8 @@ from dflash_fi.figures.style import SERIES_COLORS, pyplot
 
 # (key, title, what happens there, when): the boxes, left to right.
 STAGES = (
-    ("select", "selector", "get_attn_backend():\nthe backend asked for\n(draft: speculative_config\n"
-     "[\"attention_backend\"]),\nelse the priority list;\nvalidate_configuration()", "start-up, once per layer"),
+    ("select", "selector", "get_attn_backend():\nthe backend asked for,\nor the priority list;\n"
+     "validate_configuration()\ndraft: speculative_config\n[\"attention_backend\"]", "start-up, once per layer"),
     ("claim", "CUDA-graph claim", "builder's\nget_cudagraph_support()\n-> the engine's\nCUDAGraphMode",
      "start-up, once per engine"),
     ("build", "metadata builder", "build(): decode/prefill\nsplit, TRTLLM or not,\nmetadata.causal",
@@ -53,14 +53,14 @@ def draft_layer_path(marks: dict[int, dict[str, int]] | None = None, highlight: 
     badges = {key: [(step, n) for step, where in sorted(marks.items()) for k, n in where.items() if k == key]
               for key, *_ in STAGES}
     rows = max(1, max(map(len, badges.values())))
-    width, box_w, box_h, gap = len(STAGES), 0.86, 1.55, 0.14
-    fig, ax = plt.subplots(figsize=(12, 3.3 + 0.27 * rows), layout="constrained")
+    width, box_w, box_h, gap = len(STAGES), 0.86, 1.3, 0.14
+    fig, ax = plt.subplots(figsize=(12, 2.6 + 0.25 * rows), layout="constrained")
     colors = {step: SERIES_COLORS[i % len(SERIES_COLORS)] for i, step in enumerate(sorted(marks))}
     for x, (key, name, what, when) in enumerate(STAGES):
         ax.add_patch(FancyBboxPatch((x + gap / 2, 0), box_w, box_h, boxstyle="round,pad=0.02", fc="#f6f8fa",
                                     ec="#57606a", lw=1.2))
         ax.text(x + 0.5, box_h - 0.1, name, ha="center", va="top", fontsize=10, weight="bold")
-        ax.text(x + 0.5, box_h - 0.33, what, ha="center", va="top", fontsize=8, family="monospace", linespacing=1.3)
+        ax.text(x + 0.5, box_h - 0.3, what, ha="center", va="top", fontsize=7.5, family="monospace", linespacing=1.2)
         ax.text(x + 0.5, -0.1, when, ha="center", va="top", fontsize=8, style="italic", color="#57606a")
         if x < width - 1:
             ax.add_patch(FancyArrowPatch((x + gap / 2 + box_w, box_h / 2), (x + 1 + gap / 2, box_h / 2),

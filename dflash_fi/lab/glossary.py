@@ -18,6 +18,7 @@ class Term:
     term: str  # as the glossary shows it
     patterns: tuple[str, ...]  # regexes (case-sensitive) that find a use of the word
     definition: str
+    source: str = ""  # the vLLM code the definition is generated from, if any
 
 
 _WRITTEN = (
@@ -89,11 +90,12 @@ def _graph_terms() -> tuple[Term, Term]:
                                                                     r"CUDA graph", r"CUDA-graph"),
              "a CUDA graph records a step's GPU kernels once and replays them, without launching each: *full* with "
              "attention captured too, *piecewise* with attention run eagerly between captured pieces. vLLM's engine "
-             f"mode says which, for uniform decode batches / other batches: {modes}."),
+             f"mode says which, for uniform decode batches / other batches: {modes}.",
+             f"{CUDAGraphMode.__module__}.CUDAGraphMode"),
         Term("`AttentionCGSupport` (`UNIFORM_BATCH`, `UNIFORM_SINGLE_TOKEN_DECODE`)",
              (r"UNIFORM_BATCH", r"UNIFORM_SINGLE_TOKEN_DECODE", r"AttentionCGSupport"),
              "a metadata builder's claim (`get_cudagraph_support()`): which batches a full graph of its attention "
-             f"may hold. vLLM's docstrings: {claims}."),
+             f"may hold. vLLM's docstrings: {claims}.", f"{AttentionCGSupport.__module__}.AttentionCGSupport"),
     )
 
 

@@ -163,6 +163,18 @@ def priority_lists(capabilities=CAPABILITIES, kv_cache_dtypes=KV_CACHE_DTYPES) -
     return lists
 
 
+def priority_inputs() -> list[str]:
+    """What vLLM's priority list depends on: the parameters of `vllm.platforms.cuda._get_backend_priorities`."""
+    import inspect
+
+    from dflash_fi.lab.pretend_gpu import cuda_platform_class
+
+    cuda_platform_class()  # vllm.platforms.cuda imports on a machine without a driver too
+    from vllm.platforms import cuda
+
+    return list(inspect.signature(cuda._get_backend_priorities).parameters)
+
+
 def priority_table(capabilities=CAPABILITIES, step: int = 0) -> str:
     """Markdown: each GPU's priority list, then what vLLM picks from it for the target's layers and for the draft's
     (use_non_causal=True) at `step`, per KV dtype, when no backend is asked for."""
@@ -175,7 +187,7 @@ def priority_table(capabilities=CAPABILITIES, step: int = 0) -> str:
     lines = ["| | " + " | ".join(f"SM {c} ({GPU_NAMES[cap]})" for c, cap in zip(columns, capabilities)) + " |",
              "|---|" + "---|" * len(columns)]
     for i in range(max(map(len, lists.values()))):
-        lines.append(f"| priority {i + 1} | " + " | ".join(
+        lines.append(f"| priority {i} | " + " | ".join(
             f"`{lists[c][i]}`" if i < len(lists[c]) else "" for c in columns) + " |")
     for role, _ in ROLES:
         for kv in KV_CACHE_DTYPES:
