@@ -84,5 +84,5 @@ def selector_grid(rows: list[dict]):
     for spine in ax.spines.values():
         spine.set_visible(False)
     figure_legend(fig, [Patch(color=COLORS[k]) for k in SELECTOR_VERDICTS], list(SELECTOR_VERDICTS.values()),
-                  ncol=1, title="FLASHINFER asked for by name; \"vLLM picks\": its choice when none is asked for")
+                  ncol=3, title="FLASHINFER asked for by name; \"vLLM picks\": its choice when none is asked for")
     return fig
