@@ -189,8 +189,15 @@ def figures(args) -> int:
     from dflash_fi.bench.results import latest_kernels
     from dflash_fi.bench.turns import latest_turns
     from dflash_fi.figures import write_benchmark_figures
+    from dflash_fi.figures.path import write_path_figure
 
-    for path in write_benchmark_figures(latest_kernels(), latest_turns()):
+    from dflash_fi.errors import NoRecord
+
+    try:
+        turns = latest_turns()
+    except NoRecord:  # the kernels' pictures need no engine benchmark
+        turns = None
+    for path in [*write_benchmark_figures(latest_kernels(), turns), write_path_figure()]:
         print(path)
     return 0
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from dflash_fi.figures.listings import wrapped_lines  # noqa: F401 (the notebooks import it from here)
+
 # Live runs are smaller than the walkthrough's: engine start-up dominates either way.
 LIVE_PROMPTS, LIVE_NEW_TOKENS = 16, 96
 
@@ -184,3 +186,69 @@ def step_map() -> str:
         lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
                      f"`{NOTEBOOK_OF_STEP[step]}` | `pytest -m step{step}` |")
     return "\n".join(lines)
+
+
+# Code, diffs, engine calls: HTML with inline styles (nbconvert and GitHub keep them) and text/plain for nbval.
+def show_hunks(step: int, only: list[int] | None = None, max_lines: int = 30) -> None:
+    """Step `step`'s hunks numbered `only` (1-based, as shown; default all), each under its `why`; one over
+    `max_lines` lines is cut, and says so."""
+    from IPython.display import display
+
+    from dflash_fi.figures.listings import hunk_blocks
+    from dflash_fi.lab.hunks import step_hunks
+
+    display(hunk_blocks(step, step_hunks(step), only, max_lines))
+
+
+def show_step_diff(step: int) -> None:
+    """The whole diff of step `step` against step `step - 1`, folded (an appendix cell)."""
+    from IPython.display import display
+
+    from dflash_fi.figures.listings import folded_diff
+    from dflash_fi.steps import hunk_diff
+
+    display(folded_diff(f"The whole diff of step {step}", hunk_diff(step)))
+
+
+def show_source(function, blocks: list[tuple[str, str]], mark: tuple[str, ...] = ()) -> None:
+    """vLLM's own source of `function`: its def line, and the lines from each block's first regex to its last
+    ('...' between); lines matching a regex of `mark` (default: each block's first) stand out."""
+    from IPython.display import display
+
+    from dflash_fi.figures.listings import source_excerpt
+
+    display(source_excerpt(function, blocks, mark))
+
+
+def show_engine_calls(runs: list) -> None:
+    """Engines as a reader would start them, one script each: the `LLM(...)` call they share, once, then a table of
+    what each changes. `runs`: RunSpecs, or walkthrough labels (run at the live cells' size)."""
+    from IPython.display import display
+
+    from dflash_fi.engine.spec import SHOWN_ARGUMENTS, RunSpec, engine_arguments
+    from dflash_fi.evidence.plan import live_spec
+    from dflash_fi.figures.listings import engine_calls
+    from dflash_fi.plugin import STEP_ENV
+    from dflash_fi.stack import REPO_ROOT
+
+    # TODO(port): labels go when run identities are typed; RunSpecs stay.
+    specs = [r if isinstance(r, RunSpec) else live_spec(r, LIVE_PROMPTS, LIVE_NEW_TOKENS) for r in runs]
+    calls = {s.label: {k: v for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
+    listing, table = engine_calls(calls, {s.label: s.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS, REPO_ROOT)
+    display(listing)
+    show(table)
+
+
+def lesson_map() -> str:
+    """Markdown: each step, what it is, its hunks (the reason for each), and its notebook."""
+    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP
+    from dflash_fi.steps import STEPS, step_module, step_title
+
+    lines = ["| step | what it is | its hunks, each by its reason | notebook |", "|---|---|---|---|"]
+    for step in STEPS:
+        previous = len(step_module(step - 1).HUNKS) if step else 0
+        hunks = "; ".join(h.why for h in step_module(step).HUNKS[previous:]) or "none: vLLM as shipped"
+        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
+                     f"{NOTEBOOK_OF_STEP[step][:2]} |")
+    return "\n".join(lines)
+

@@ -23,9 +23,10 @@
 # block must see every other token of the block: DFlash's draft attention is **non-causal**.
 #
 # This tutorial rebuilds, one verified step at a time, the vLLM change that lets that draft run on the
-# FlashInfer attention backend (PR #43081), then goes on where upstream went next. This first notebook
-# sets the scene: the model pair we use, what "non-causal block attention" means, how success is measured,
-# why the problem matters most on an RTX 4090, and which numbers you will meet in the notebooks after it.
+# FlashInfer attention backend (vLLM pull request, PR #43081), then goes on where upstream went next. This first
+# notebook sets the scene: the model pair we use, what "non-causal block attention" means, the words the
+# notebooks use, how success is measured, why the problem matters most on an RTX 4090, and which numbers you
+# will meet in the notebooks after it.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import check, setup, show, verdict
@@ -78,6 +79,21 @@ verdict(f"with non-causal attention every block query sees all {block_keys[NON_C
       f"{block_keys[CAUSAL][1]}: the drafts that matter most are made nearly blind.")
 
 # %% [markdown]
+# ## Words used from here on
+#
+# The notebooks use these words and no other jargon; come back here when one is unclear. Where vLLM defines a
+# word in its own code, the row is generated from vLLM 0.22.1's source.
+
+# %%
+from dflash_fi.lab.glossary import glossary, glossary_table
+
+show(glossary_table())
+terms = glossary()
+verdict(f"{len(terms)} words. The rows on " + " and ".join(f"`{t.source.rsplit('.', 1)[1]}`" for t in terms if t.source)
+        + " are read from vLLM's own enums, so they say what this vLLM means by them; the next section shows tau "
+        "at work.")
+
+# %% [markdown]
 # ## How success is counted: the acceptance length tau
 #
 # Each step the target verifies the anchor and the 15 drafts in one forward, accepts the longest run of
@@ -118,28 +134,30 @@ from dflash_fi.vocabulary import RTX_4090
 
 stock_4090_fp8 = backend_verdicts(0, RTX_4090, "fp8", "draft")
 for v in stock_4090_fp8:
-    print(f"  priority {v['priority']}: {v['backend']:<15} {'accepted' if not v['reasons'] else 'refused: ' + '; '.join(v['reasons'])}")
+    print(f"  priority {v['priority']}: {v['backend']:<15} " + ("refused: " + "; ".join(v["reasons"]) if v["reasons"]
+                                                                 else "accepted"))
 refused = [v["backend"] for v in stock_4090_fp8 if v["reasons"]]
-by_reason = {}
-for v in stock_4090_fp8:
-    for reason in v["reasons"]:
-        by_reason.setdefault(reason, []).append(v["backend"])
-verdict(f"all {len(refused)} backends refuse: " + "; ".join(
-    f"{reason}: {', '.join(backends)}" for reason, backends in by_reason.items()) + ".")
+reasons = sorted({reason for v in stock_4090_fp8 for reason in v["reasons"]})
+verdict(f"all {len(refused)} backends of the list refuse, each for one of {len(reasons)} reasons: "
+        + " or ".join(f"'{r}'" for r in reasons) + ". The draft has no backend.")
 
 # %% [markdown]
-# FlashAttention 2 (all an RTX 4090 has) stores no FP8 KV; Triton and FlashInfer refuse non-causal
+# vLLM's FlashAttention 2 (all an RTX 4090 has) stores no FP8 KV; Triton and FlashInfer refuse non-causal
 # attention. FlashInfer's kernels can compute non-causal attention perfectly well: what is missing is the
 # plumbing in vLLM's FlashInfer backend. That plumbing is PR #43081, and this tutorial rebuilds it. On the GPU
-# machine the same case runs for real: FlashAttention forced to version 2 with an FP8 cache (notebooks 1 and 4).
+# machine the same case runs for real: vLLM's FlashAttention forced to version 2 with an FP8 cache (notebooks 1
+# and 4).
 #
 # ## The map: each step, its hunks, its notebook, its tests
+#
+# Each step is a handful of *hunks*: text replacements in vLLM 0.22.1's own `flashinfer.py`, each with the reason
+# it is there. The notebooks show them one at a time; `pytest -m stepN` runs step N's tests.
 
 # %%
-from dflash_fi.notebook import step_map
+from dflash_fi.notebook import lesson_map
 from dflash_fi.steps import PR_43081_STEPS, STEPS
 
-show(step_map())
+show(lesson_map())
 verdict(f"steps {PR_43081_STEPS[0]}-{PR_43081_STEPS[-1]} are PR #43081; steps "
       f"{PR_43081_STEPS[-1] + 1}-{STEPS[-1]} go where upstream went next and past it. Each row's hunks are the whole "
       "change of that step, applied to vLLM 0.22.1's own flashinfer.py.")
@@ -149,7 +167,9 @@ verdict(f"steps {PR_43081_STEPS[0]}-{PR_43081_STEPS[-1]} are PR #43081; steps "
 #
 # The notebooks show the same configurations more than once, on different sets of prompts and on different
 # engines; the numbers then differ, by amounts that are themselves measured. Here, once, is where each comes
-# from, so that later notebooks can refer to it.
+# from, so that later notebooks can refer to it. Notebooks 1-5 run small engines live: each starts them in its
+# first cell, in the background (starting one takes most of a minute, which the CPU cells use), and its section
+# "On the GPU" shows their calls and waits for them. Without a GPU, those sections use the committed records.
 
 # %%
 from dflash_fi.bench.e2e import BATCH1_PROMPTS, NEW_TOKENS, SHAPE_BATCH1_PROMPTS
@@ -162,65 +182,60 @@ show("| where | prompts x new tokens | what runs |\n|---|---|---|\n"
      f"| live cells of notebooks 1-6 | {LIVE_PROMPTS} x {LIVE_NEW_TOKENS} | small vLLM engines on the GPU, and the "
      "reference decoder on the same prompts |\n"
      "| the walkthrough (`dflash-fi walkthrough`; the check cells without a GPU) | 32 x 128, and the mixed workload "
-     "below | every step's engine, committed under `runs/` |\n"
+     "| every step's engine, committed under `runs/` |\n"
      f"| the engine benchmark | batch 1: {BATCH1_PROMPTS} prompts decoded alone, then 8 and 32 together, x "
      f"{NEW_TOKENS} | engines in turns (notebook 6); the Qwen3-4B shape: {SHAPE_BATCH1_PROMPTS} prompts |")
-verdict(f"the *mixed workload* is {MIXED_REQUESTS} requests with prompts cut to {min(MIXED_PROMPT_BYTES)}-"
-        f"{max(MIXED_PROMPT_BYTES)} bytes and max_tokens from {min(MIXED_MAX_TOKENS)} to {max(MIXED_MAX_TOKENS)}, more "
-        f"than the engine's max_num_seqs ({MIXED_MAX_NUM_SEQS}): prompts are prefilled beside running decodes and "
-        "batches change shape, which equal prompts with equal max_tokens never do. Live cells use a small prompt set "
-        "because starting an engine costs more than decoding it.")
+verdict(f"live cells use {LIVE_PROMPTS} prompts because starting an engine costs more than decoding. The mixed "
+        f"workload (the walkthrough's, in README) is {MIXED_REQUESTS} requests: prompts of {min(MIXED_PROMPT_BYTES)}-"
+        f"{max(MIXED_PROMPT_BYTES)} bytes, max_tokens {min(MIXED_MAX_TOKENS)}-{max(MIXED_MAX_TOKENS)}, max_num_seqs "
+        f"{MIXED_MAX_NUM_SEQS}.")
 
 # %% [markdown]
 # **tau differs between prompt sets** (held-out source files differ in how predictable they are), **and between
-# engines of one configuration**: a bf16 near-tie in the draft flips with the engine's memory settings. The
-# committed measurement of that (`runs/nvidia-h200.engine-variation.json`): engines of two steps, the walkthroughs'
-# own and repeats started with other memory settings, all on the same 32 prompts:
+# engines of one configuration**: a bf16 near-tie in the draft flips with the engine's memory settings. The text
+# stays the same, so what moves is the number of verification steps it took. The committed measurement
+# (`runs/nvidia-h200.engine-variation.json`): engines of two steps, the walkthroughs' own and repeats started with
+# other memory settings, all on the same 32 prompts:
 
 # %%
 from dflash_fi.evidence.ledger import RUNS_DIR
 
 variation = json.loads((RUNS_DIR / "nvidia-h200.engine-variation.json").read_text())["runs"]
-taus = {}
-for run in variation:
-    taus.setdefault(run["step"], []).append(run["tau"])
-spread = max((max(t) - min(t)) / min(t) for t in taus.values())
-print(f"{len(variation)} engines: tau " + "; ".join(f"step {s} ({len(t)} engines): {min(t):.3f} to {max(t):.3f}"
-                                                     for s, t in taus.items())
-      + f"; output tokens identical in all: {len({r['tokens_sha256'] for r in variation}) == 1}")
-verdict(f"tau moves by up to {spread:.2%} between engines of one step while the output does not. Checks therefore "
-        "compare tau within 1% and outputs by tokens. Larger differences, between notebooks or rows, come from other "
-        "prompt sets, or from a configuration that changes the target's own numbers (its backend, an FP8 cache): "
-        "greedy text that parts at a near-tie is then drafted and accepted differently from there on.")
+by_step = {step: [r for r in variation if r["step"] == step] for step in sorted({r["step"] for r in variation})}
+for step, runs in by_step.items():
+    print(f"step {step}, {len(runs)} engines: tau {min(r['tau'] for r in runs):.3f} to {max(r['tau'] for r in runs):.3f},"
+          f" {min(r['num_drafts'] for r in runs)} to {max(r['num_drafts'] for r in runs)} verification steps")
+print("output tokens identical in all:", len({r["tokens_sha256"] for r in variation}) == 1)
+spread = max((max(r["tau"] for r in runs) - min(r["tau"] for r in runs)) / min(r["tau"] for r in runs)
+             for runs in by_step.values())
+moved = max(max(r["num_drafts"] for r in runs) - min(r["num_drafts"] for r in runs) for runs in by_step.values())
+live_steps = LIVE_PROMPTS * LIVE_NEW_TOKENS / min(r["tau"] for r in variation)  # about: tau = tokens / steps
+live_spread = moved / live_steps
+verdict(f"for the same text, engines of one configuration take up to {moved} verification steps more or fewer: tau "
+        f"moves up to {spread:.2%} on these 32 x 128, and about {live_spread:.2%} ({moved} of some {live_steps:.0f} "
+        f"steps) on a live cell's {LIVE_PROMPTS} x {LIVE_NEW_TOKENS}, such as the FLASH_ATTN draft's in notebooks 1-3. "
+        "Checks compare tau within 1%. Larger differences come from other prompts, or from a target whose own numbers "
+        "change (its backend, an FP8 cache).")
 
 # %% [markdown]
 # **Outputs can part from plain decoding, and be right.** Verification runs the target's prefill kernels on
 # 16-token blocks, plain decoding its decode kernels; two backends (or an eager and a graph-captured engine) sum
 # in different orders. Where the target's two best candidates are nearly tied, the choice can flip, and the
 # outputs part from there on. A broken kernel parts them anywhere. So an identity check looks at the first
-# position where an output parts from its baseline and asks the baseline's top-2 gap there to be within a
-# *near-tie margin*, measured from pairs of correct engines and committed (`dflash-fi near-ties --record`).
-#
-# Words used from here on: the **top-2 gap** at a position is the target's logprob of its best candidate minus that
-# of its second best, in **nats** (natural-log units: a gap of 0.69 means the best candidate is twice as likely as
-# the second, 0 an exact tie). Engines record the gap wherever it is under 1 nat. A parting is at a **near-tie** when
-# the gap there is within the margin, and at a **confident token** when it is larger (or not recorded, so at least
-# 1 nat): no rounding difference explains that.
+# position where an output parts from its baseline and asks the baseline's top-2 gap there (the glossary's words)
+# to be within a *near-tie margin*, measured from pairs of correct engines and committed (`dflash-fi near-ties
+# --record`). Engines record the gap wherever it is under 1 nat; a parting where none is recorded is at a confident
+# token.
 
 # %%
-import textwrap
-
 margin = committed_margin()
 if margin is None:
     print("no near-tie margin is committed yet: run `dflash-fi near-ties --record` on a GPU")
 else:
-    pairs = ", ".join(f"{p['run']!r} vs {p['baseline']!r} ({p['workload']}: {len(p['parted'])} of {p['requests']})"
-                      for p in margin["pairs"])
-    print(textwrap.fill(f"{margin['file']}: correct pairs parted {margin['partings']} times ({pairs}); largest top-2 "
-                        f"gap at a parting {margin['largest_gap']:.3f} nats, {margin['partings_at_confident_tokens']} "
-                        "at a confident token", 110))
-    verdict(f"the near-tie margin is {margin['margin']:.3f} nats ({margin['rule']}); a parting at a "
-          "larger gap fails a check, whatever share of outputs is identical.")
+    verdict(f"{len(margin['pairs'])} comparisons of correct engines parted {margin['partings']} times, at top-2 gaps "
+            f"up to {margin['largest_gap']:.3f} nats ({margin['partings_at_confident_tokens']} at a confident token): "
+            f"the near-tie margin is {margin['margin']:.3f} nats ({margin['rule']}; `{margin['file']}`). A parting at "
+            "a larger gap fails a check, whatever share of outputs is identical.")
 
 # %% [markdown]
 # **One prompt is not like the others.** The first held-out prompt sits in the boilerplate of a codec module
@@ -252,16 +267,20 @@ if session.gpu_cell():
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
-check("the drafter drafts blocks of 16 with mask token 257",
-      drafter_config["block_size"] == 16 and drafter_config["dflash_config"]["mask_token_id"] == 257)
-check("the reference decoder: non-causal tau above causal tau, both above 1, output lossless",
-      reference["tau_noncausal"] > reference["tau_causal"] > 1.0 and reference["lossless_fraction"] >= 0.95,
-      f"{reference['tau_noncausal']:.3f} > {reference['tau_causal']:.3f}, lossless {reference['lossless_fraction']:.0%}")
-check("stock vLLM 0.22.1 has no backend for the draft on an RTX 4090 with FP8",
-      all(v["reasons"] for v in stock_4090_fp8) and {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"} <= set(refused),
-      ", ".join(refused) + " refuse")
-check("tau moves by at most 1% between engines of one step", spread <= 0.01, f"{spread:.2%}")
-check("the codec-table prompt stands out", first["tau_noncausal"] > 1.5 * others["tau_noncausal"])
+from dflash_fi.notebook import wrapped_lines
+
+with wrapped_lines():
+    check("the drafter drafts blocks of 16 with mask token 257",
+          drafter_config["block_size"] == 16 and drafter_config["dflash_config"]["mask_token_id"] == 257)
+    check("the reference decoder: non-causal tau above causal tau, both above 1, output lossless",
+          reference["tau_noncausal"] > reference["tau_causal"] > 1.0 and reference["lossless_fraction"] >= 0.95,
+          f"{reference['tau_noncausal']:.3f} > {reference['tau_causal']:.3f}, lossless {reference['lossless_fraction']:.0%}")
+    check("stock vLLM 0.22.1 has no backend for the draft on an RTX 4090 with FP8",
+          all(v["reasons"] for v in stock_4090_fp8) and {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"} <= set(refused),
+          ", ".join(refused) + " refuse")
+    check("tau moves by at most 1% between engines of one step, at the walkthrough's size and a live cell's",
+          spread <= 0.01 and live_spread <= 0.01, f"{spread:.2%}, about {live_spread:.2%}")
+    check("the codec-table prompt stands out", first["tau_noncausal"] > 1.5 * others["tau_noncausal"])
 
 # %% [markdown]
 # ## What you saw, and what's next
@@ -269,6 +288,7 @@ check("the codec-table prompt stands out", first["tau_noncausal"] > 1.5 * others
 # - DFlash's drafter needs every block token to see the whole block; a causal plan costs tau, not correctness.
 # - tau is the measure: the reference decoder predicts it for both kinds of attention, and vLLM must match.
 # - On an RTX 4090 with FP8, stock vLLM has no backend for the draft at all.
-# - Numbers move between prompt sets and engines by measured amounts; outputs may part only at near-ties.
+# - Numbers move between prompt sets and engines by measured amounts (a verification step or two between engines
+#   of one configuration); outputs may part only at near-ties.
 #
 # Next, notebook 1: how vLLM's selector decides, and the first one-method step that gets past it.

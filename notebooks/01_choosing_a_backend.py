@@ -23,58 +23,105 @@
 #    `AttentionSelectorConfig` (head size, dtype, KV-cache dtype, ... and `use_non_causal`);
 # 2. the platform (`CudaPlatform.get_attn_backend_cls`) checks the backend the user asked for, if any, and
 #    fails with that backend's reasons if it refuses;
-# 3. otherwise it walks its priority list for the GPU's compute capability and takes the first backend
-#    whose `validate_configuration` returns no reason.
+# 3. otherwise it walks its priority list for the GPU and takes the first backend whose
+#    `validate_configuration` returns no reason.
 #
-# The walk is short enough to read in full:
+# A DFlash engine asks twice, on its own for each model: the target's layers with the engine's
+# `attention_backend` (or none), the draft's layers with `speculative_config["attention_backend"]` (or none), so
+# the draft can run on FlashInfer while the target runs on FlashAttention. This notebook shows the whole selection,
+# the path a draft layer takes after it, and step 1, which gets FlashInfer past the selector.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
+from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_labels = [P.FLASH_ATTN, P.step_label(0), P.step_label(1), P.RTX4090_STOCK]
 session = setup("01_choosing_a_backend", live=live_labels)
 
+# %% [markdown]
+# ## The priority lists, vLLM's own
+#
+# `CudaPlatform` walks the list that `vllm.platforms.cuda._get_backend_priorities` returns for the GPU. Called
+# here under pretended GPUs (vLLM's real `CudaPlatform` reporting SM 8.9, 9.0 and 10.0), with what the walk picks
+# from it for the target's layers and for the draft's, in stock vLLM 0.22.1, when nothing is asked for:
+
 # %%
-import inspect
+from dflash_fi.lab.selector import priority_inputs, priority_lists, priority_table, selector_matrix
+from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_CACHE_DTYPE_NAMES, RTX_4090
 
-from dflash_fi.lab.pretend_gpu import cuda_platform_class
+GPUS = (RTX_4090, HOPPER, BLACKWELL)
+show(priority_table(GPUS))
 
-print(inspect.getsource(cuda_platform_class().get_valid_backends))
+
+def column(row):
+    return f"SM {row['capability']} + {KV_CACHE_DTYPE_NAMES[row['kv_cache_dtype']]} KV"
+
+
+matrix = [r for r in selector_matrix(steps=(0, 1), capabilities=GPUS) if r["role"] == "draft"]
+lists = priority_lists(GPUS)
+stranded = [column(r) for r in matrix if r["step"] == 0 and r["auto_backend"] is None]
+verdict(f"the list depends on ({', '.join(priority_inputs())}) only: the target "
+        "and the draft walk the same list, and only validate_configuration, asked with use_non_causal, tells them "
+        f"apart. {sum(lists[c][0] == 'FLASHINFER' for c in lists)} of {len(lists)} GPUs put FLASHINFER first; stock "
+        f"vLLM leaves the draft with no backend on {', '.join(stranded)}.")
 
 # %% [markdown]
-# One of `validate_configuration`'s questions is `supports_non_causal()`, asked only when the layer needs
-# non-causal attention. DFlash's proposer derives its draft model's config from the target's and sets
-# exactly that:
+# The walk itself, in `CudaPlatform.get_valid_backends`: each backend of that list, in order, is asked
+# `validate_configuration`, and every reason it gives is kept (they are what an error shows).
+
+# %%
+from dflash_fi.lab.pretend_gpu import cuda_platform_class
+from dflash_fi.notebook import show_source
+
+show_source(cuda_platform_class().get_valid_backends, [(r"for priority, backend in", r"return valid_backends")],
+            mark=(r"validate_configuration\(",))
+
+# %% [markdown]
+# ## Where the draft's backend is asked for
+#
+# The drafter builds its own copy of the engine's config. vLLM's base proposer never inherits the target's
+# attention backend: it puts `speculative_config["attention_backend"]` there (None: the selector's own choice), and
+# DFlash's proposer then marks every draft layer `use_non_causal=True`. That flag is what makes
+# `validate_configuration` ask a backend `supports_non_causal()`.
 
 # %%
 from vllm.v1.spec_decode.dflash import DFlashProposer
+from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
-print(inspect.getsource(DFlashProposer._create_draft_vllm_config))
+show_source(SpecDecodeBaseProposer._create_draft_vllm_config,
+            [(r"spec_cfg = self.speculative_config", r"spec_cfg = self"), (r"Note \(matt\)", r"^    \)$")],
+            mark=(r"attention_backend",))
+show_source(DFlashProposer._create_draft_vllm_config, [(r"base = super", r"^    \)$")], mark=(r"use_non_causal",))
 
 # %% [markdown]
-# ## Every backend's verdict on the DFlash draft
+# ## The path of a draft layer, and where each step lands
 #
-# vLLM's real `CudaPlatform`, pretending to be an RTX 4090 (SM 8.9), an H100/H200 (SM 9.0) and a B200
-# (SM 10.0), for a bf16 and an FP8 KV cache, before (step 0) and after (step 1) the capability flag. Each
-# cell is `validate_configuration`'s answer for the draft's layers: **ok**, or its reasons. A backend the
-# platform does not list for that GPU shows `-`.
+# Selection happens once. After it, every decoding step of the draft goes through three more places in vLLM's
+# FlashInfer backend before a kernel runs: the metadata builder's `build()`, which splits the batch into decodes
+# and prefills; the wrapper's `plan()`; and its `run()`, once per layer. The tutorial's steps change each of them,
+# in this order; later notebooks refer back to this picture.
+
+# %% tags=["nbval-ignore-output"]
+from dflash_fi.figures import draft_layer_path
+
+draft_layer_path();
 
 # %%
-from dflash_fi.lab.selector import selector_matrix, verdict_table
-from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
+from dflash_fi.figures.path import LANDS, STAGES
 
-show(verdict_table(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL)))
-matrix = [r for r in selector_matrix(steps=(0, 1), capabilities=(RTX_4090, HOPPER, BLACKWELL)) if r["role"] == "draft"]
-stranded = [f"SM {r['capability']} + {r['kv_cache_dtype']} KV" for r in matrix if r["step"] == 0 and r["auto_backend"] is None]
-verdict(f"at step 0 FLASHINFER says 'non-causal attention not supported' in all "
-      f"{sum(r['step'] == 0 for r in matrix)} columns, and {len(stranded)} leave the draft with no backend at all "
-      f"({', '.join(stranded)}); at step 1 FLASHINFER is ok in every column.")
+names = {key: name for key, name, *_ in STAGES}
+selector_steps = [step for step, where in LANDS.items() if "select" in where]
+verdict("; ".join(f"step {step} lands in " + ", ".join(names[k] for k in dict.fromkeys(where))
+                  for step, where in LANDS.items())
+        + f". Only step {' and '.join(map(str, selector_steps))} touches the selector: the others change what happens "
+        "once a backend is chosen.")
 
 # %% [markdown]
-# The same answers as a picture: what happens when FLASHINFER is asked for the draft, and what vLLM picks when
-# nothing is asked for.
+# ## The draft's selection, before and after step 1
+#
+# For the three GPUs, a bf16 and an FP8 KV cache, before (step 0) and after (step 1) the capability flag: what
+# happens when FLASHINFER is asked for the draft, and what vLLM picks when nothing is asked for.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import selector_grid
@@ -82,15 +129,14 @@ from dflash_fi.figures import selector_grid
 selector_grid(matrix);
 
 # %%
-def column(row):
-    return f"SM {row['capability']} + {row['kv_cache_dtype']} KV"
-
-
 picks = {(r["step"], column(r)): r["auto_backend"] for r in matrix}
 rescued = {cell: picks[1, cell] for cell in stranded}
 changed = {cell: (picks[0, cell], picks[1, cell]) for step, cell in picks
            if step == 1 and cell not in stranded and picks[0, cell] != picks[1, cell]}
-verdict("every cell turns green at step 1; where step 0 left the draft with nothing, vLLM now picks "
+refusing = [r for r in matrix if r["step"] == 0 and "non-causal attention not supported" in r["flashinfer"]]
+verdict(f"at step 0 FLASHINFER refuses the draft in {len(refusing)} of {sum(r['step'] == 0 for r in matrix)} columns "
+        "('non-causal attention not supported'); every cell turns green at step 1. Where step 0 left the draft with "
+        "nothing, vLLM now picks "
         + ", ".join(f"{b} ({cell})" for cell, b in rescued.items()) + ". The flag also changes a pick where a "
         "backend existed, wherever FLASHINFER stands before FLASH_ATTN in the GPU's priority list: "
         + (", ".join(f"{cell} from {a} to {b}" for cell, (a, b) in changed.items()) or "nowhere here")
@@ -99,19 +145,20 @@ verdict("every cell turns green at step 1; where step 0 left the draft with noth
 # %% [markdown]
 # ## Step 1: one method
 #
-# The hunk, as a diff of vLLM 0.22.1's own `flashinfer.py` (read from the installed wheel; this repository
-# holds only the hunks):
+# The hunk, as a diff of vLLM 0.22.1's own `flashinfer.py` (read from the installed wheel; this repository holds
+# only the hunks). Its heading is the hunk's reason; the `@@` line says where it lands.
 
 # %%
-from dflash_fi.steps import hunk_diff
+from dflash_fi.notebook import show_hunks
 
-show_diff(hunk_diff(1))
+show_hunks(1)
 
 # %% [markdown]
-# The selector is now happy, but nothing below it knows about non-causal attention. The real
-# `FlashInferMetadataBuilder.build()` of step 1 builds the draft's metadata without any notion of causality,
-# and DFlash's own guard (`build_per_group_and_layer_attn_metadata`, which requires `causal is False` on
-# every draft layer) refuses it:
+# `AttentionBackend.supports_non_causal()` is False by default; `validate_configuration` asks it only for a layer
+# with `use_non_causal=True`. Saying True is all the selector needs. But nothing below the selector knows about
+# non-causal attention yet. The real `FlashInferMetadataBuilder.build()` of step 1 builds the draft's metadata
+# without any notion of causality, and DFlash's own guard (`build_per_group_and_layer_attn_metadata`, which requires
+# `causal is False` on every draft layer) refuses it:
 
 # %%
 from dflash_fi.lab.batches import STANDARD_BATCHES
@@ -125,15 +172,15 @@ for key in ("selection", "prefill", "plan_causal", "metadata_causal", "dflash_ch
 # %% [markdown]
 # ## On the GPU
 #
-# Four engines on the embedded pair: DFlash with the FLASH_ATTN draft (the reference), with the stock
-# FLASHINFER draft (step 0), with step 1's, and the RTX 4090 case: an FP8 KV cache with vLLM's FlashAttention
-# forced to version 2 (all a 4090 has, which stores no FP8 KV), and the draft's backend left to the selector.
-# Each runs in its own process (vLLM's log lines go to a log file per engine). The first cell started them in the
-# background, since an engine takes most of a minute to start, and the cell after the calls below waits for them.
-# This is how each is started, with the same arguments a script of yours would pass:
+# Four engines on the embedded pair: the FLASH_ATTN draft (the reference), the stock FLASHINFER draft (step 0),
+# step 1's, and the RTX 4090 case: an FP8 KV cache with vLLM's FlashAttention forced to version 2 (which stores no
+# FP8 KV), the draft's backend left to the selector. Each runs in a process of its own, started in the first cell
+# (notebook 0, "Numbers you will see"); the cell after this one waits for them.
 
 # %%
-show_engines(live_labels)
+from dflash_fi.notebook import show_engine_calls
+
+show_engine_calls(live_labels)
 
 # %% tags=["gpu"]
 live = session.run_live(live_labels)
@@ -143,23 +190,34 @@ live = session.run_live(live_labels)
 # machine without a GPU, on the walkthrough committed under `runs/`):
 
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.notebook import wrapped_lines
+
 records, reference, source = session.evidence(live_labels)
-print(source)
-checks = session.check(records, reference, ("step 0", "step 1", "RTX 4090 case, stock"))
+with wrapped_lines():
+    print(source)
+    checks = session.check(records, reference, ("step 0", "step 1", "RTX 4090 case, stock"))
 
 # %% [markdown]
-# What vLLM itself says when it starts the stock engine of the RTX 4090 case: its selector's whole message,
-# every backend and its reasons.
+# What vLLM itself says when it starts the stock engine of the RTX 4090 case, backend by backend, next to what the
+# CPU lab's pretended RTX 4090 said in notebook 0:
 
 # %% tags=["nbval-ignore-output"]
-import textwrap
+import re
 
-error = records[P.RTX4090_STOCK].get("error") or {}
-print(textwrap.fill(f"{error.get('type')}: {error.get('message', '').strip()}", 110))
-verdict("on an H200, with only its FlashAttention version forced to 2 and an FP8 cache, vLLM 0.22.1 "
-      "refuses the draft exactly as it would on an RTX 4090. What still differs from a real 4090: the silicon is "
-      "SM 9.0 (vLLM's capability checks see 9.0, not 8.9), FlashInfer picks its own kernels for SM 9.0, and there "
-      "is far more memory.")
+from dflash_fi.lab.selector import backend_verdicts
+
+stock = records[P.RTX4090_STOCK]
+message = (stock.get("error") or {}).get("message", "")
+said = {name: [r.strip() for r in reasons.split(",")]
+        for name, reasons in re.findall(r"(\w+): \[([^\]]*)\]", message.partition("Reasons:")[2])}
+lab_4090 = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "draft")}
+show(f"| backend | vLLM on {stock.get('gpu')} | the CPU lab's pretended RTX 4090 |\n|---|---|---|\n" + "\n".join(
+    f"| {name} | {'; '.join(reasons)} | {'; '.join(lab_4090.get(name, ['-']))} |" for name, reasons in said.items()))
+verdict(f"on {stock.get('gpu')} (SM {stock.get('compute_capability')}), with only vLLM's FlashAttention forced to "
+        f"version 2 and an FP8 cache, vLLM 0.22.1 refuses the draft: {len(said)} backends, each for "
+        + ("the same reasons as" if said == lab_4090 else "other reasons than")
+        + " on the pretended RTX 4090. What still differs from a real 4090: vLLM's capability checks see SM "
+        f"{stock.get('compute_capability')}, not 8.9, and FlashInfer picks its own kernels for that silicon.")
 
 # %% [markdown]
 # ### Check
@@ -167,21 +225,34 @@ verdict("on an H200, with only its FlashAttention version forced to 2 and an FP8
 # %% tags=["nbval-ignore-output"]
 step0 = {(r["capability"], r["kv_cache_dtype"]): r for r in matrix if r["step"] == 0}
 step1 = {(r["capability"], r["kv_cache_dtype"]): r for r in matrix if r["step"] == 1}
-check("stock FLASHINFER refuses the draft everywhere, for non-causal attention",
-      all("non-causal attention not supported" in r["flashinfer"] for r in step0.values()), f"{len(step0)} columns")
-check("the RTX 4090 + FP8 draft has no backend at step 0 and FLASHINFER at step 1",
-      step0["8.9", "fp8"]["auto_backend"] is None and step1["8.9", "fp8"]["auto_backend"] == "FLASHINFER")
-check("step 1's FLASHINFER is accepted in every column", all(r["flashinfer"] == "accepted" for r in step1.values()))
-check("step 1's metadata has no causal field and DFlash's guard refuses it",
-      draft_row["dflash_check"].startswith("fail") and draft_row["metadata_causal"] == "absent")
-check(f"the walkthrough's {len(checks)} checks for these runs pass", len(checks) == 4 and all(c.passed for c in checks),
-      source.split(":")[0])
+with wrapped_lines():
+    check("stock FLASHINFER refuses the draft everywhere, for non-causal attention",
+          all("non-causal attention not supported" in r["flashinfer"] for r in step0.values()), f"{len(step0)} columns")
+    check("the RTX 4090 + FP8 draft has no backend at step 0 and FLASHINFER at step 1",
+          step0["8.9", "fp8"]["auto_backend"] is None and step1["8.9", "fp8"]["auto_backend"] == "FLASHINFER")
+    check("step 1's FLASHINFER is accepted in every column", all(r["flashinfer"] == "accepted" for r in step1.values()))
+    check("step 1's metadata has no causal field and DFlash's guard refuses it",
+          draft_row["dflash_check"].startswith("fail") and draft_row["metadata_causal"] == "absent")
+    check("vLLM on the GPU refuses the RTX 4090 case's draft for the CPU lab's reasons", said == lab_4090,
+          f"{len(said)} backends")
+    check(f"the walkthrough's {len(checks)} checks for these runs pass",
+          len(checks) == 4 and all(c.passed for c in checks), source.split(":")[0])
 
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# - vLLM asks every backend `validate_configuration`; DFlash's draft config adds `use_non_causal=True`, and stock
-#   FlashInfer says no. With an FP8 cache where FlashAttention is version 2 (an RTX 4090, or forced), nothing is left.
+# - vLLM walks one priority list per GPU and asks each backend `validate_configuration`. The draft asks on its
+#   own (`speculative_config["attention_backend"]`), with `use_non_causal=True`, and stock FlashInfer says no.
+#   With an FP8 cache where vLLM's FlashAttention is version 2 (an RTX 4090, or forced), nothing is left.
 # - Step 1's one method gets past the selector, and straight into DFlash's own guard.
 #
-# Next, notebook 2: the metadata builder, the `causal` field, and a step that runs but is silently wrong.
+# Next, notebook 2: the metadata builder (the picture's second stop), the `causal` field, and a step that runs but
+# is silently wrong.
+
+# %% [markdown]
+# ## Appendix
+
+# %% tags=["appendix"]
+from dflash_fi.notebook import show_step_diff
+
+show_step_diff(1)

@@ -22,37 +22,52 @@
 # where each request's queries start, how long each sequence is, the page table, and `causal`. The backend's
 # builder turns that into its own metadata, deciding which kernels run which requests.
 #
-# FlashInfer's builder first splits the batch into decodes and prefills (`split_decodes_and_prefills`):
-# requests with at most `reorder_batch_threshold` query tokens are *decode* requests, served by decode kernels
-# (or TRTLLM); the rest are *prefill* requests. The runner orders every batch decodes first, so the split is one
-# boundary.
+# FlashInfer's builder (the third box of notebook 1's picture) first splits the batch into decodes and prefills
+# (`split_decodes_and_prefills`): requests with at most `reorder_batch_threshold` query tokens are *decode*
+# requests, served by decode kernels (or TRTLLM); the rest are *prefill* requests. The runner orders every batch
+# decodes first, so the split is one boundary:
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
+from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_labels = [P.FLASH_ATTN, P.step_label(2)]
 session = setup("02_causal_metadata", live=live_labels)
 
 # %%
-import inspect
-
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 
-source = inspect.getsource(split_decodes_and_prefills)
-print(source[source.index("    max_query_len"):])
+from dflash_fi.notebook import show_hunks, show_source
+
+show_source(split_decodes_and_prefills, [(r"max_query_len = ", r"return num_reqs, 0, num_tokens, 0"),
+                                         (r"query_lens = query_start_loc", r"return 0, num_reqs"),
+                                         (r"first_prefill = ", r"return \(num_decodes")], mark=(r"decode_threshold",))
 
 # %% [markdown]
-# DFlash builds its draft metadata with `causal=False` (`DFlashProposer.set_inputs_first_pass`) and then
-# checks that every draft layer's metadata says `causal is False`. Step 2 carries the flag into
-# `FlashInferMetadata`, and sends a non-causal batch entirely to prefill: a decode kernel (or TRTLLM's
-# spec-as-decode path) cannot let a query token see the query tokens after it.
+# ## Step 2, hunk by hunk
+#
+# DFlash builds its draft metadata with `causal=False` (`DFlashProposer.set_inputs_first_pass`) and then checks that
+# every draft layer's metadata says `causal is False`. Stock FlashInfer has nowhere to put that answer. First, a
+# field for it:
 
 # %%
-from dflash_fi.steps import hunk_diff
+show_hunks(2, only=[1])
 
-show_diff(hunk_diff(2))
+# %% [markdown]
+# A 16-token draft request is longer than the threshold on an H100/H200 (1), so the split above already makes it a
+# prefill there. Where the threshold is higher (on Blackwell, below) it would be a decode, and a decode kernel (or
+# TRTLLM's decode path for speculation) cannot let a query token see the query tokens after it. So a non-causal
+# batch skips the split and goes to prefill whole:
+
+# %%
+show_hunks(2, only=[2])
+
+# %% [markdown]
+# And `build()` writes the batch's causality into the metadata it returns, which is what DFlash's guard reads:
+
+# %%
+show_hunks(2, only=[3])
 
 # %% [markdown]
 # ## What each batch becomes
@@ -89,21 +104,30 @@ verdict(f"on Blackwell step 1 sends the draft to {step1_blackwell['decode']} "
 # DFlash's check passes now, but look at the draft's `plan causal=True`: the prefill wrapper is still planned
 # causal (and on Blackwell the prefill is TRTLLM's, causal too). This half-finished state **runs, and is
 # silently wrong**: every block token sees only the block tokens before it. The reference decoder says what
-# that costs, and vLLM on the GPU must agree. The engines (the first cell started them in the background, since an
-# engine takes most of a minute to start; the cell after the calls below waits for them):
+# that costs, and vLLM on the GPU must agree.
+#
+# ## On the GPU
+#
+# The FLASH_ATTN draft and step 2's, started in the first cell (notebook 0, "Numbers you will see"; the FLASH_ATTN
+# draft's tau here may differ from notebook 1's by the verification step or two it explains):
 
 # %%
-show_engines(live_labels)
+from dflash_fi.notebook import show_engine_calls
+
+show_engine_calls(live_labels)
 
 # %% tags=["gpu"]
 live = session.run_live(live_labels)
 
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.notebook import wrapped_lines
+
 records, reference, source = session.evidence(live_labels)
-print(source)
-print(f"reference decoder on the same prompts: tau non-causal {reference['tau_noncausal']:.3f}, "
-      f"causal {reference['tau_causal']:.3f}")
-checks = session.check(records, reference, ("step 2",))
+with wrapped_lines():
+    print(source)
+    print(f"reference decoder on the same prompts: tau non-causal {reference['tau_noncausal']:.3f}, "
+          f"causal {reference['tau_causal']:.3f}")
+    checks = session.check(records, reference, ("step 2",))
 
 # %% [markdown]
 # Acceptance per draft position, with the reference decoder's two predictions:
@@ -144,4 +168,13 @@ check(f"the walkthrough's {len(checks)} checks for step 2 pass", len(checks) == 
 # - The builder's decode/prefill split decides which kernels run; a non-causal batch must be all prefill.
 # - Step 2's `causal` field satisfies DFlash's guard, and the engine runs, with the acceptance of causal drafting.
 #
-# Next, notebook 3: FlashInfer's `plan()` and `run()`, and a wrapper of the draft's own, planned non-causal.
+# Next, notebook 3: FlashInfer's `plan()` and `run()` (the picture's next two boxes), and a wrapper of the draft's
+# own, planned non-causal.
+
+# %% [markdown]
+# ## Appendix
+
+# %% tags=["appendix"]
+from dflash_fi.notebook import show_step_diff
+
+show_step_diff(2)

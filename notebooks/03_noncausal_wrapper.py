@@ -17,10 +17,11 @@
 # %% [markdown]
 # # 3 · FlashInfer's `plan()` and `run()`: a separate non-causal wrapper
 #
-# FlashInfer splits attention in two calls. `BatchPrefillWithPagedKVCacheWrapper.plan(...)` takes the
-# batch's shape (query and page offsets, heads, page size, **`causal`**), picks and loads a kernel, and
-# computes a work schedule on the CPU. `run(q, kv_cache)` then launches that kernel, as often as there are
-# layers. The causality is fixed at plan time: `run()` cannot change it.
+# FlashInfer splits attention in two calls (the fourth and fifth boxes of notebook 1's picture).
+# `BatchPrefillWithPagedKVCacheWrapper.plan(...)` takes the batch's shape (`qo_indptr`, `paged_kv_indptr`, heads,
+# page size, **`causal`**), picks and loads a kernel, and computes a work schedule on the CPU. `run(q, kv_cache)`
+# then launches that kernel, as often as there are layers. The causality is fixed at plan time: `run()` cannot
+# change it.
 #
 # vLLM's FlashInfer builder keeps **one** prefill wrapper, shared by every causal layer group of a step and
 # planned `causal=True`. So the draft gets its own wrapper, created on first use, planned `causal=False`, and
@@ -29,16 +30,51 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
+from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_labels = [P.NO_SPEC, P.FLASH_ATTN, P.step_label(2), P.step_label(3)]
 session = setup("03_noncausal_wrapper", live=live_labels)
 
-# %%
-from dflash_fi.steps import hunk_diff
+# %% [markdown]
+# ## Step 3, hunk by hunk
+#
+# First, somewhere to keep the second wrapper. It is never handed to a causal batch, so nothing a causal layer
+# group plans can change the draft's causality, and the other way round:
 
-show_diff(hunk_diff(3))
+# %%
+from dflash_fi.notebook import show_hunks
+
+show_hunks(3, only=[1])
+
+# %% [markdown]
+# The builder asks for its prefill wrapper through `_get_prefill_wrapper()`; asked with `causal=False`, it now
+# creates the non-causal wrapper on first use. `backend="auto"` leaves the kernel to FlashInfer (step 5 revisits
+# that choice). The check it calls first is for what has no non-causal path at all (the next section):
+
+# %%
+show_hunks(3, only=[2])
+
+# %% [markdown]
+# `build()` makes that check before anything else, so that a refused batch leaves everything as it was:
+
+# %%
+show_hunks(3, only=[3])
+
+# %% [markdown]
+# These two lines are the fix itself: the prefill branch of `build()` asks for the wrapper of the batch's causality,
+# and `plan()` is told it, where stock vLLM says `causal=True` whatever the batch:
+
+# %%
+show_hunks(3, only=[4, 5])
+
+# %% [markdown]
+# Stock vLLM's `forward` asserted that every prefill wrapper it runs was planned causal. A non-causal wrapper would
+# fail that, so the assertion now compares the wrapper's planned causality with the metadata's: a wrapper planned
+# the wrong way still fails loudly at `run()` time, instead of computing the wrong attention.
+
+# %%
+show_hunks(3, only=[6])
 
 # %% [markdown]
 # The draft now has its own wrapper, planned non-causal; target batches keep the shared causal one:
@@ -54,8 +90,8 @@ verdict(f"only the draft rows change, to '{draft['prefill']}' planned causal={dr
 # %% [markdown]
 # ## What has no non-causal path says so, before it touches anything
 #
-# Decode context parallelism (DCP) splits attention into a context part and a new-token part that assumes
-# causal new tokens; an NVFP4 KV cache is served by TRTLLM-gen only. Both have no non-causal FlashInfer path.
+# With DCP, attention is split into a context part and a new-token part that assumes causal new tokens; an NVFP4
+# KV cache is served by TRTLLM kernels only. Both have no non-causal FlashInfer path.
 # This step refuses such a batch first thing in `build()`, before it logs, plans or writes, so that the
 # caller's metadata and the builder's own buffers are left as they were:
 
@@ -95,8 +131,9 @@ print("caller's metadata, the builder's page-table buffers and its wrappers unto
 # ## The kernel itself, against the reference
 #
 # On the GPU, FlashInfer's real non-causal paged prefill on DFlash-shaped batches (16 queries per request,
-# pages of 16 scattered through the cache), with FA2 (all an RTX 4090 has) and with `auto` (FlashInfer's own
-# choice, which PR #43081's wrapper leaves it), bf16 and fp8-e4m3 KV, against `dflash_fi.reference.paged_attention`
+# pages of 16 scattered through the cache), with FlashInfer's fa2 kernel (the only one it has for an RTX 4090) and
+# with `auto` (FlashInfer's own choice, which PR #43081's wrapper leaves it), bf16 and fp8-e4m3 KV, against
+# `dflash_fi.reference.paged_attention`
 # in fp32 on the same inputs. The column "kernel run" is the kernel FlashInfer actually dispatched. The last
 # column is how far the *causal* reference is from the kernel's output: what step 2 got wrong.
 
@@ -112,26 +149,33 @@ if session.gpu_cell():
     verdict(f"every kernel is within {worst:.1e} of the non-causal reference and at least {nearest_causal:.1e} from "
             f"the causal one; the bound between them is {ERROR_BOUND}. Left to choose, FlashInfer ran "
             + ", ".join(f"{kernel} for {kv}" for kv, kernel in auto_ran.items())
-            + f" KV on {session.gpu.name}: its FA3 kernel has no form for bf16 queries over an FP8 cache.")
+            + f" KV on {session.gpu.name}: FlashInfer's fa3 kernel has no form for bf16 queries over an FP8 "
+            "cache.")
     check("FlashInfer's non-causal prefill matches the non-causal reference, not the causal one",
           worst < ERROR_BOUND < nearest_causal, f"{len(errors_by_kernel)} kernels")
 
 # %% [markdown]
 # ## On the GPU: the first correct step
 #
-# No speculation, the FLASH_ATTN draft, and steps 2 and 3 (the first cell started them in the background, since an
-# engine takes most of a minute to start; the cell after the calls below waits for them):
+# No speculation, the FLASH_ATTN draft, and steps 2 and 3, started in the first cell (notebook 0, "Numbers you will
+# see"; the FLASH_ATTN draft's tau here may differ from notebooks 1 and 2 by the verification step or two it
+# explains):
 
 # %%
-show_engines(live_labels)
+from dflash_fi.notebook import show_engine_calls
+
+show_engine_calls(live_labels)
 
 # %% tags=["gpu"]
 live = session.run_live(live_labels)
 
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.notebook import wrapped_lines
+
 records, reference, source = session.evidence(live_labels)
-print(source)
-checks = session.check(records, reference, ("step 3",))
+with wrapped_lines():
+    print(source)
+    checks = session.check(records, reference, ("step 3",))
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import acceptance_by_position
@@ -160,8 +204,16 @@ check(f"the walkthrough's {len(checks)} checks for step 3 pass", len(checks) == 
 # ## What you saw, and what's next
 #
 # - `plan()` fixes causality; a wrapper of the draft's own, planned non-causal, makes the draft correct.
-# - Step 3's draft has the FLASH_ATTN draft's acceptance, and greedy output equal to plain decoding's (near-ties
-#   aside, as notebook 0 explains).
+# - Step 3's draft has the FLASH_ATTN draft's acceptance, and greedy output equal to plain decoding's wherever the
+#   target is not at a near-tie (the check above counts the partings).
 # - What has no non-causal path is refused before it changes anything.
 #
 # Next, notebook 4: Blackwell's TRTLLM kernels, the last hunk of the PR, and the RTX 4090 case running.
+
+# %% [markdown]
+# ## Appendix
+
+# %% tags=["appendix"]
+from dflash_fi.notebook import show_step_diff
+
+show_step_diff(3)

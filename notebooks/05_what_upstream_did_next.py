@@ -22,13 +22,13 @@
 # batches. It resolves one graph mode for the whole engine from the weakest attention backend in it, *draft
 # layers included*, by asking each backend's builder what it can replay (`get_cudagraph_support`).
 #
-# This notebook reads those claims for each step, takes upstream's fix of the claim (vLLM #48167, step 5)
+# This notebook reads those claims for each step, takes upstream's fix of the claim (vLLM PR #48167, step 5)
 # together with a faster kernel for the draft, and says where upstream stands now. Notebook 6 goes past it:
 # what the FlashInfer draft costs, and steps 6 and 7, which upstream has not taken.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_diff, show_engines, verdict
+from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_labels = [P.NO_SPEC_GRAPHS, P.FLASH_ATTN_GRAPHS, P.STEP4_GRAPHS, P.step_label(4), P.step_label(5)]
@@ -37,11 +37,11 @@ session = setup("05_what_upstream_did_next", live=live_labels)
 # %% [markdown]
 # ## The names: what a builder claims, what an engine runs
 #
-# A metadata builder answers `get_cudagraph_support()` with an `AttentionCGSupport`: which batches a *full* CUDA
-# graph of its attention may hold. The engine's `CUDAGraphMode` says, for uniform decode batches and for all other
-# batches, whether a step replays a full graph (attention captured too), a *piecewise* one (the kernels between
-# attention calls captured, attention run eagerly between them), or runs eagerly. Both lists come from vLLM
-# 0.22.1's own enums:
+# Notebook 0's glossary has both enums, generated from vLLM; here they are side by side, in the terms this
+# notebook needs. A metadata builder answers `get_cudagraph_support()` (the second box of notebook 1's picture)
+# with an `AttentionCGSupport`: which batches a *full* CUDA graph of its attention may hold. The engine's
+# `CUDAGraphMode` says, for uniform decode batches and for all other batches, whether a step replays a full graph, a
+# piecewise one, or runs eagerly:
 
 # %%
 from vllm.config.compilation import CUDAGraphMode
@@ -93,23 +93,34 @@ for c in claims:
         print(f"step {c['step']}, SM {c['capability']}: vLLM says: {warning}")
 
 # %% [markdown]
-# ## Step 5: #48167, and the draft's kernel
+# ## Step 5, hunk by hunk: vLLM PR #48167, and the draft's kernel
 #
 # Without TRTLLM (SM 9.0), FlashInfer claims `UNIFORM_SINGLE_TOKEN_DECODE`: a uniform batch of 16-token
 # requests runs on the prefill wrapper, which a captured graph cannot replay after a new `plan()`. With
 # TRTLLM (Blackwell), step 4 claims `UNIFORM_BATCH`, even when asked with the draft's own config, though a
-# non-causal batch never runs on TRTLLM. Upstream's fix, #48167, makes the claim honest for non-causal attention.
-# (In vLLM 0.22.1 the runner asks with the target's config and the drafter captures piecewise graphs only, so the
-# wrong claim never bites here; it does in later vLLM, whose drafters honour their own backend's claim.)
-#
-# Step 5 also sets the draft's kernel to FA2: PR #43081's non-causal wrapper lets FlashInfer choose (`auto`: FA3
-# on SM 9.0 for a bf16 cache, notebook 3); for 16-query blocks FA2 is the faster kernel there (notebook 6
-# measures it), and FlashInfer's FA3 has no kernel for the bf16 queries vLLM keeps on an FP8 cache.
+# non-causal batch never runs on TRTLLM. Upstream's fix makes the claim honest for non-causal attention:
 
 # %%
-from dflash_fi.steps import hunk_diff
+from dflash_fi.notebook import show_hunks
 
-show_diff(hunk_diff(5))
+show_hunks(5, only=[3])
+
+# %% [markdown]
+# The builder reads causality from the config it is asked with: DFlash's draft config says `use_non_causal=True`
+# (notebook 1). In vLLM 0.22.1 the runner asks with the target's config and the drafter captures piecewise graphs
+# only, so the wrong claim never bites here; it does in later vLLM, whose drafters honour their own backend's claim.
+#
+# The other two hunks choose the draft's kernel. PR #43081's non-causal wrapper lets FlashInfer choose (`auto`:
+# FlashInfer's fa3 kernel on SM 9.0 for a bf16 cache, notebook 3). For 16-query blocks FlashInfer's fa2 kernel is
+# the faster one there (notebook 6 measures it), and its fa3 kernel has no form for the bf16 queries vLLM keeps on
+# an FP8 cache; on every other GPU `auto` picks fa2 anyway. So the draft's wrapper asks for fa2, by name:
+
+# %%
+show_hunks(5, only=[1, 2])
+
+# %% [markdown]
+# One constant, at the top of the module, so that the choice and its reason sit in one place; the wrapper's
+# constructor is the only line that reads it. Nothing else of the draft's path changes.
 
 # %% [markdown]
 # ## Where upstream stands now
@@ -123,22 +134,26 @@ show_diff(hunk_diff(5))
 # ## On the GPU: what the engine resolves, live
 #
 # Three engines with vLLM's default compilation and CUDA graphs (no speculation, the FLASH_ATTN draft, step 4's
-# FlashInfer draft) and two without graphs (steps 4 and 5, to see that step 5's kernel changes no output). The first
-# cell started them in the background, since an engine takes most of a minute to start; the cell after the calls
-# below waits for them:
+# FlashInfer draft) and two without graphs (steps 4 and 5, to see that step 5's kernel changes no output), started in
+# the first cell (notebook 0, "Numbers you will see"):
 
 # %%
-show_engines(live_labels)
+from dflash_fi.notebook import show_engine_calls
+
+show_engine_calls(live_labels)
 
 # %% tags=["gpu"]
 live = session.run_live(live_labels)
 
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.notebook import wrapped_lines
+
 records, reference, source = session.evidence(live_labels)
-print(source)
-for label in live_labels[:3]:
-    print(f"  {label:<40} resolved {records[label].get('cudagraph_mode')}")
-checks = session.check(records, reference, ("CUDA graphs", "step 5"))
+with wrapped_lines():
+    print(source)
+    for label in live_labels[:3]:
+        print(f"  {label:<40} resolved {records[label].get('cudagraph_mode')}")
+    checks = session.check(records, reference, ("CUDA graphs", "step 5"))
 verdict(f"the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].get('cudagraph_mode')}, step 4's "
       f"FlashInfer draft turns the same engine {records[P.STEP4_GRAPHS].get('cudagraph_mode')}, as the table above "
       "predicted from vLLM's own resolution code.")
@@ -147,6 +162,8 @@ verdict(f"the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].get('cudagrap
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.steps import hunk_diff
+
 check("step 4 on SM 9.0 resolves PIECEWISE, step 6 FULL_AND_PIECEWISE",
       by_step[4, "9.0"]["resolved_mode"] == "PIECEWISE" and by_step[6, "9.0"]["resolved_mode"] == "FULL_AND_PIECEWISE")
 check("step 4 claims UNIFORM_BATCH for the draft's config on Blackwell; step 5 (#48167) does not",
@@ -155,7 +172,7 @@ check("step 4 claims UNIFORM_BATCH for the draft's config on Blackwell; step 5 (
 check("the glossary names every AttentionCGSupport claim and CUDAGraphMode of vLLM 0.22.1",
       set(FULL_GRAPH_HOLDS) == {c.name for c in AttentionCGSupport}
       and {m.decode_mode().name for m in CUDAGraphMode} | {m.mixed_mode().name for m in CUDAGraphMode} <= set(RUNTIME))
-check("step 5's draft kernel is FA2", "NON_CAUSAL_PREFILL_BACKEND = \"fa2\"" in hunk_diff(5))
+check("step 5's draft kernel is FlashInfer's fa2", "NON_CAUSAL_PREFILL_BACKEND = \"fa2\"" in hunk_diff(5))
 check(f"the walkthrough's {len(checks)} checks for graph modes and step 5 pass",
       len(checks) == 2 and all(c.passed for c in checks), source.split(":")[0])
 
@@ -164,8 +181,17 @@ check(f"the walkthrough's {len(checks)} checks for graph modes and step 5 pass",
 #
 # - vLLM resolves one graph mode for the whole engine; with step 4's FlashInfer draft an SM 9.0 engine loses its
 #   full graphs.
-# - #48167 (step 5) makes the claim honest on Blackwell; step 5 also gives the draft the faster FA2 kernel.
+# - vLLM PR #48167 (step 5) makes the claim honest on Blackwell; step 5 also gives the draft FlashInfer's faster
+#   fa2 kernel.
 # - Upstream since v0.26.0 runs a FlashInfer DFlash draft's attention eagerly.
 #
 # Next, notebook 6: keeping the full graphs with a FlashInfer draft (step 6), what the draft still costs, and
 # step 7, which removes its host overhead.
+
+# %% [markdown]
+# ## Appendix
+
+# %% tags=["appendix"]
+from dflash_fi.notebook import show_step_diff
+
+show_step_diff(5)

@@ -77,7 +77,8 @@ def test_every_figure_and_table_is_followed_by_a_verdict():
         for i, cell in enumerate(cells):
             draws = cell.cell_type == "code" and any(name in cell.source for name in (
                 "block_masks(", "selector_grid(", "acceptance_by_position(", "tau_by_step(", "kernel_times(",
-                "e2e_pairs(", "draft_step_time(", "routing_table(", "turns_table(", "kernel_pivot_table("))
+                "e2e_pairs(", "draft_step_time(", "routing_table(", "turns_table(", "kernel_pivot_table(",
+                "draft_layer_path(", "priority_table(", "glossary_table(", "lesson_map("))
             if draws:
                 window = "".join(c.source for c in cells[i:i + 2] if c.cell_type == "code")
                 assert "verdict(" in window, f"{script.name}: cell {i} draws without a verdict"

@@ -78,6 +78,8 @@ def tau_by_step(records: dict[RunId, EngineRecord], reference: dict, runs: list[
                 title: str = "Acceptance length tau of each run, against the reference decoder"):
     """tau of each run named, against the reference decoder's two predictions; a run without a tau keeps its
     place on the x axis and says why it has none (its error's type and phase)."""
+    import textwrap
+
     from matplotlib.patches import Patch
 
     plt = pyplot()
@@ -98,7 +100,8 @@ def tau_by_step(records: dict[RunId, EngineRecord], reference: dict, runs: list[
                              ("tau_causal", "reference decoder, causal block", COLORS["refused"])):
         ax.axhline(reference[key], color=color, ls="--", lw=1.4, label=f"{name} ({reference[key]:.2f})")
     ax.set_xticks(range(len(runs)))
-    ax.set_xticklabels([short_run_label(run) for run in runs], rotation=20, fontsize=8, ha="right")
+    # Wrapped, not rotated: a rotated long label takes the figure's height and runs off its side.
+    ax.set_xticklabels([textwrap.fill(short_run_label(run), 19) for run in runs], fontsize=8)
     ax.set_xlim(-0.6, len(runs) - 0.4)
     ax.set_ylim(1, 1 + (top - 1) * 1.08)
     ax.set_xlabel("engine run (step N: the FLASHINFER draft with the patch up to step N)")

@@ -26,7 +26,7 @@ def block_masks(num_context: int = 8):
     from dflash_fi.reference.drafter import CAUSAL, NON_CAUSAL, block_attention_mask
 
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True, layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True, layout="constrained")
     anchor = torch.tensor([[num_context]])
     colormap = ListedColormap([MASKED_OUT, COLORS["accepted"]])
     for ax, mode, title in ((axes[0], NON_CAUSAL, "non-causal (what DFlash is trained for)"),
@@ -84,5 +84,5 @@ def selector_grid(rows: list[dict]):
     for spine in ax.spines.values():
         spine.set_visible(False)
     figure_legend(fig, [Patch(color=COLORS[k]) for k in SELECTOR_VERDICTS], list(SELECTOR_VERDICTS.values()),
-                  ncol=1, title="FLASHINFER asked for by name; \"vLLM picks\": its choice when none is asked for")
+                  ncol=3, title="FLASHINFER asked for by name; \"vLLM picks\": its choice when none is asked for")
     return fig

@@ -7,6 +7,8 @@
     selector.py      which backend vLLM picks, per step x GPU x KV dtype x role, and why the others refuse
     batches.py       the draft and target batches routed       routing.py  what build() does with them
     graphs.py        what each step claims about CUDA graphs, and the mode vLLM's runner resolves
+    hunks.py         each step's hunks one at a time: the diff of each, and where in flashinfer.py it lands
+    glossary.py      the words the notebooks use, from vLLM's own enums where it defines them
 
 May import: dflash_fi.steps, dflash_fi.plugin, dflash_fi.models, dflash_fi.reference (the reference attention),
 dflash_fi.vocabulary, dflash_fi.errors, dflash_fi.stack.

@@ -143,3 +143,54 @@ def verdict_table(steps=(0, 1), capabilities=CAPABILITIES, kv_cache_dtypes=KV_CA
                 cells.append("-" if v is None else "**ok**" if not v["reasons"] else "; ".join(v["reasons"]))
             lines.append(f"| {step} | {backend} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def priority_lists(capabilities=CAPABILITIES, kv_cache_dtypes=KV_CACHE_DTYPES) -> dict[str, list[str]]:
+    """vLLM's own priority list per GPU (`vllm.platforms.cuda._get_backend_priorities`, the function its platform
+    walks), for attention that is not MLA, as vLLM 0.22.1 orders it. Raises if the list differs between KV dtypes."""
+    from vllm.platforms.interface import DeviceCapability
+
+    lists = {}
+    for capability in capabilities:
+        with pretend_gpu(capability):
+            from vllm.platforms import cuda  # importable once pretend_gpu has set up a machine without a driver
+
+            found = {kv: [b.name for b in cuda._get_backend_priorities(False, DeviceCapability(*capability), None, kv)]
+                     for kv in kv_cache_dtypes}
+        if len({tuple(v) for v in found.values()}) != 1:
+            raise AssertionError(f"SM {sm(capability)}: the priority list depends on the KV dtype: {found}")
+        lists[sm(capability)] = next(iter(found.values()))
+    return lists
+
+
+def priority_inputs() -> list[str]:
+    """What vLLM's priority list depends on: the parameters of `vllm.platforms.cuda._get_backend_priorities`."""
+    import inspect
+
+    from dflash_fi.lab.pretend_gpu import cuda_platform_class
+
+    cuda_platform_class()  # vllm.platforms.cuda imports on a machine without a driver too
+    from vllm.platforms import cuda
+
+    return list(inspect.signature(cuda._get_backend_priorities).parameters)
+
+
+def priority_table(capabilities=CAPABILITIES, step: int = 0) -> str:
+    """Markdown: each GPU's priority list, then what vLLM picks from it for the target's layers and for the draft's
+    (use_non_causal=True) at `step`, per KV dtype, when no backend is asked for."""
+    from dflash_fi.vocabulary import GPU_NAMES, KV_CACHE_DTYPE_NAMES
+
+    lists = priority_lists(capabilities)
+    picks = {(r["capability"], r["kv_cache_dtype"], r["role"]): r["auto_backend"] or "**none**"
+             for r in selector_matrix(steps=(step,), capabilities=capabilities)}
+    columns = [sm(c) for c in capabilities]
+    lines = ["| | " + " | ".join(f"SM {c} ({GPU_NAMES[cap]})" for c, cap in zip(columns, capabilities)) + " |",
+             "|---|" + "---|" * len(columns)]
+    for i in range(max(map(len, lists.values()))):
+        lines.append(f"| priority {i} | " + " | ".join(
+            f"`{lists[c][i]}`" if i < len(lists[c]) else "" for c in columns) + " |")
+    for role, _ in ROLES:
+        for kv in KV_CACHE_DTYPES:
+            lines.append(f"| {role} picks ({KV_CACHE_DTYPE_NAMES[kv]} KV) | " + " | ".join(
+                picks[c, kv, role] for c in columns) + " |")
+    return "\n".join(lines)
