@@ -103,8 +103,6 @@ class Session:
         checks = [c for c in check_records(records, reference, committed_margin()) if c.name in wanted]
         for c in checks:
             print(c.line())
-        print("(tau differs between prompt sets and between engines of one configuration, and outputs part only at "
-              "near-ties, by the amounts notebook 0's 'Numbers you will see' gives)")
         return checks
 
 
@@ -222,19 +220,20 @@ def show_source(function, blocks: list[tuple[str, str]], mark: tuple[str, ...] =
 
 def show_engine_calls(runs: list) -> None:
     """Engines as a reader would start them, one script each: the `LLM(...)` call they share, once, then a table of
-    what each changes. `runs`: RunSpecs, or walkthrough labels (run at the live cells' size)."""
+    what each changes. `runs`: RunSpecs, or the walkthrough's RunIds (run at the live cells' size)."""
     from IPython.display import display
 
+    from dflash_fi.engine.identity import label
     from dflash_fi.engine.spec import SHOWN_ARGUMENTS, RunSpec, engine_arguments
     from dflash_fi.evidence.plan import live_spec
     from dflash_fi.figures.listings import engine_calls
     from dflash_fi.plugin import STEP_ENV
     from dflash_fi.stack import REPO_ROOT
 
-    # TODO(port): labels go when run identities are typed; RunSpecs stay.
     specs = [r if isinstance(r, RunSpec) else live_spec(r, LIVE_PROMPTS, LIVE_NEW_TOKENS) for r in runs]
-    calls = {s.label: {k: v for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
-    listing, table = engine_calls(calls, {s.label: s.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS, REPO_ROOT)
+    calls = {label(s.run): {k: v for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
+    listing, table = engine_calls(calls, {label(s.run): s.run.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS,
+                                  REPO_ROOT)
     display(listing)
     show(table)
 

@@ -198,9 +198,9 @@ verdict(f"live cells use {LIVE_PROMPTS} prompts because starting an engine costs
 # other memory settings, all on the same 32 prompts:
 
 # %%
-from dflash_fi.evidence.ledger import RUNS_DIR
+from dflash_fi.runs import Kind, Runs
 
-variation = json.loads((RUNS_DIR / "nvidia-h200.engine-variation.json").read_text())["runs"]
+variation = Runs().newest(Kind.ENGINE_VARIATION, "json").read()["runs"]
 by_step = {step: [r for r in variation if r["step"] == step] for step in sorted({r["step"] for r in variation})}
 for step, runs in by_step.items():
     print(f"step {step}, {len(runs)} engines: tau {min(r['tau'] for r in runs):.3f} to {max(r['tau'] for r in runs):.3f},"

@@ -36,8 +36,8 @@ from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
-live_labels = [P.FLASH_ATTN, P.step_label(0), P.step_label(1), P.RTX4090_STOCK]
-session = setup("01_choosing_a_backend", live=live_labels)
+live_runs = [P.FLASH_ATTN, P.step_run(0), P.step_run(1), P.RTX4090_STOCK]
+session = setup("01_choosing_a_backend", live=live_runs)
 
 # %% [markdown]
 # ## The priority lists, vLLM's own
@@ -180,10 +180,10 @@ for key in ("selection", "prefill", "plan_causal", "metadata_causal", "dflash_ch
 # %%
 from dflash_fi.notebook import show_engine_calls
 
-show_engine_calls(live_labels)
+show_engine_calls(live_runs)
 
 # %% tags=["gpu"]
-live = session.run_live(live_labels)
+live = session.run_live(live_runs)
 
 # %% [markdown]
 # The walkthrough's checks for steps 0 and 1 and for the stock RTX 4090 case, on those live runs (or, on a
@@ -192,7 +192,7 @@ live = session.run_live(live_labels)
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import wrapped_lines
 
-records, reference, source = session.evidence(live_labels)
+records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source)
     checks = session.check(records, reference, ("step 0", "step 1", "RTX 4090 case, stock"))
@@ -207,17 +207,17 @@ import re
 from dflash_fi.lab.selector import backend_verdicts
 
 stock = records[P.RTX4090_STOCK]
-message = (stock.get("error") or {}).get("message", "")
+message = stock.failure.message if stock.failure else ""
 said = {name: [r.strip() for r in reasons.split(",")]
         for name, reasons in re.findall(r"(\w+): \[([^\]]*)\]", message.partition("Reasons:")[2])}
 lab_4090 = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "draft")}
-show(f"| backend | vLLM on {stock.get('gpu')} | the CPU lab's pretended RTX 4090 |\n|---|---|---|\n" + "\n".join(
+show(f"| backend | vLLM on {stock.provenance.gpu} | the CPU lab's pretended RTX 4090 |\n|---|---|---|\n" + "\n".join(
     f"| {name} | {'; '.join(reasons)} | {'; '.join(lab_4090.get(name, ['-']))} |" for name, reasons in said.items()))
-verdict(f"on {stock.get('gpu')} (SM {stock.get('compute_capability')}), with only vLLM's FlashAttention forced to "
+verdict(f"on {stock.provenance.gpu} (SM {stock.provenance.compute_capability}), with only vLLM's FlashAttention forced to "
         f"version 2 and an FP8 cache, vLLM 0.22.1 refuses the draft: {len(said)} backends, each for "
         + ("the same reasons as" if said == lab_4090 else "other reasons than")
         + " on the pretended RTX 4090. What still differs from a real 4090: vLLM's capability checks see SM "
-        f"{stock.get('compute_capability')}, not 8.9, and FlashInfer picks its own kernels for that silicon.")
+        f"{stock.provenance.compute_capability}, not 8.9, and FlashInfer picks its own kernels for that silicon.")
 
 # %% [markdown]
 # ### Check
@@ -232,11 +232,11 @@ with wrapped_lines():
           step0["8.9", "fp8"]["auto_backend"] is None and step1["8.9", "fp8"]["auto_backend"] == "FLASHINFER")
     check("step 1's FLASHINFER is accepted in every column", all(r["flashinfer"] == "accepted" for r in step1.values()))
     check("step 1's metadata has no causal field and DFlash's guard refuses it",
-          draft_row["dflash_check"].startswith("fail") and draft_row["metadata_causal"] == "absent")
+          draft_row["dflash_check_passed"] is False and draft_row["metadata_causal"] == "absent")
     check("vLLM on the GPU refuses the RTX 4090 case's draft for the CPU lab's reasons", said == lab_4090,
           f"{len(said)} backends")
     check(f"the walkthrough's {len(checks)} checks for these runs pass",
-          len(checks) == 4 and all(c.passed for c in checks), source.split(":")[0])
+          len(checks) == 4 and all(c.passed for c in checks), "live" if session.live else "committed records")
 
 # %% [markdown]
 # ## What you saw, and what's next

@@ -32,8 +32,8 @@ from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
-live_labels = [P.FLASH_ATTN, P.step_label(2)]
-session = setup("02_causal_metadata", live=live_labels)
+live_runs = [P.FLASH_ATTN, P.step_run(2)]
+session = setup("02_causal_metadata", live=live_runs)
 
 # %%
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
@@ -79,15 +79,15 @@ show_hunks(2, only=[3])
 # JIT-compile CUDA kernels); each records its `plan()` call. On an H100/H200 (threshold 1):
 
 # %%
-from dflash_fi.lab.routing import routing_report, routing_table
+from dflash_fi.lab.routing import dflash_check, routing_report, routing_table
 from dflash_fi.vocabulary import BLACKWELL
 
 show(routing_table(steps=(1, 2)))
 step1, step2 = (routing_report(s)["batches"][0] for s in (1, 2))
 verdict(f"the draft's routing is the same at both steps ({step2['num_prefills']} prefill requests, "
       f"plan causal={step2['plan_causal']}); what changes is metadata.causal ({step1['metadata_causal']} -> "
-      f"{step2['metadata_causal']}), and with it DFlash's check ({step1['dflash_check'].split(':')[0]} -> "
-      f"{step2['dflash_check']}). Target batches do not move.")
+      f"{step2['metadata_causal']}), and with it DFlash's check ({dflash_check(step1)} -> "
+      f"{dflash_check(step2)}). Target batches do not move.")
 
 # %% [markdown]
 # Where TRTLLM attention is available (Blackwell, SM 10.x), vLLM raises the threshold to `1 + 2 x 15` for
@@ -114,15 +114,15 @@ verdict(f"on Blackwell step 1 sends the draft to {step1_blackwell['decode']} "
 # %%
 from dflash_fi.notebook import show_engine_calls
 
-show_engine_calls(live_labels)
+show_engine_calls(live_runs)
 
 # %% tags=["gpu"]
-live = session.run_live(live_labels)
+live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import wrapped_lines
 
-records, reference, source = session.evidence(live_labels)
+records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source)
     print(f"reference decoder on the same prompts: tau non-causal {reference['tau_noncausal']:.3f}, "
@@ -135,9 +135,9 @@ with wrapped_lines():
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import acceptance_by_position
 
-acceptance_by_position(records, live_labels, title="Step 2 runs silently causal: acceptance per draft position",
+acceptance_by_position(records, live_runs, title="Step 2 runs silently causal: acceptance per draft position",
                        reference=reference);
-fa, s2 = (records[label]["per_position_acceptance"] for label in live_labels)
+fa, s2 = (records[run].generate().acceptance.per_position for run in live_runs)
 
 
 def mean_distance(a, b):
@@ -157,10 +157,10 @@ verdict(f"step 2 is {mean_distance(s2, ref['causal']):.3f} from the reference's 
 check("on Blackwell, step 1 sends the draft to TRTLLM decode; step 2 to prefill",
       step1_blackwell["decode"] == "TRTLLM decode" and step2_blackwell["num_decodes"] == 0)
 check("step 2's draft metadata says causal=False and DFlash's check passes",
-      step2["metadata_causal"] is False and step2["dflash_check"] == "pass")
+      step2["metadata_causal"] is False and step2["dflash_check_passed"])
 check("step 2 still plans the draft causal (the silent bug)", step2["plan_causal"] is True)
 check(f"the walkthrough's {len(checks)} checks for step 2 pass", len(checks) == 2 and all(c.passed for c in checks),
-      source.split(":")[0])
+      "live" if session.live else "committed records")
 
 # %% [markdown]
 # ## What you saw, and what's next

@@ -33,8 +33,8 @@ from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
-live_labels = [P.NO_SPEC, P.FLASH_ATTN, P.step_label(2), P.step_label(3)]
-session = setup("03_noncausal_wrapper", live=live_labels)
+live_runs = [P.NO_SPEC, P.FLASH_ATTN, P.step_run(2), P.step_run(3)]
+session = setup("03_noncausal_wrapper", live=live_runs)
 
 # %% [markdown]
 # ## Step 3, hunk by hunk
@@ -164,15 +164,15 @@ if session.gpu_cell():
 # %%
 from dflash_fi.notebook import show_engine_calls
 
-show_engine_calls(live_labels)
+show_engine_calls(live_runs)
 
 # %% tags=["gpu"]
-live = session.run_live(live_labels)
+live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import wrapped_lines
 
-records, reference, source = session.evidence(live_labels)
+records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source)
     checks = session.check(records, reference, ("step 3",))
@@ -180,9 +180,9 @@ with wrapped_lines():
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import acceptance_by_position
 
-acceptance_by_position(records, live_labels[1:], title="Step 3 plans the draft non-causal: acceptance per position",
+acceptance_by_position(records, live_runs[1:], title="Step 3 plans the draft non-causal: acceptance per position",
                        reference=reference);
-fa, s2, s3 = (records[label]["per_position_acceptance"] for label in live_labels[1:])
+fa, s2, s3 = (records[run].generate().acceptance.per_position for run in live_runs[1:])
 verdict(f"step 3 lies on the FLASH_ATTN draft (largest difference "
       f"{max(abs(a - b) for a, b in zip(fa, s3)):.3f} over 15 positions), step 2 well below "
       f"({s2[0]:.2f} against {s3[0]:.2f} at the first position).")
@@ -198,7 +198,7 @@ check("target prompts keep the shared causal wrapper",
 check("DCP and NVFP4 are refused before anything is touched",
       "decode context parallelism" in errors["DCP"] and "NVFP4" in errors["NVFP4"] and all(untouched.values()))
 check(f"the walkthrough's {len(checks)} checks for step 3 pass", len(checks) == 3 and all(c.passed for c in checks),
-      source.split(":")[0])
+      "live" if session.live else "committed records")
 
 # %% [markdown]
 # ## What you saw, and what's next

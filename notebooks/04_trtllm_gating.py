@@ -27,8 +27,8 @@ from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
-live_labels = [P.step_label(3), P.step_label(4), P.NO_SPEC_FP8, P.FP8, P.RTX4090_NO_SPEC, P.RTX4090_STEP4]
-session = setup("04_trtllm_gating", live=live_labels)
+live_runs = [P.step_run(3), P.step_run(4), P.NO_SPEC_FP8, P.FP8, P.RTX4090_NO_SPEC, P.RTX4090_STEP4]
+session = setup("04_trtllm_gating", live=live_runs)
 
 # %% [markdown]
 # ## Step 4, hunk by hunk
@@ -126,18 +126,19 @@ verdict(f"{len(changed)} of {len(stock_rows) - 2} backends changes, FlashInfer, 
 # %%
 from dflash_fi.notebook import show_engine_calls
 
-show_engine_calls(live_labels)
+show_engine_calls(live_runs)
 
 # %% tags=["gpu"]
-live = session.run_live(live_labels)
+live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.engine.identity import label
 from dflash_fi.notebook import wrapped_lines
 
-records, reference, source = session.evidence(live_labels)
+records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source)
-    checks = session.check(records, reference, ("step 4", P.FP8, "RTX 4090 case, step 4", P.RTX4090_STEP4))
+    checks = session.check(records, reference, ("step 4", label(P.FP8), "RTX 4090 case, step 4", label(P.RTX4090_STEP4)))
 
 # %% [markdown]
 # What the RTX 4090 engine ran, in vLLM's own words: each layer's backend, the FlashAttention version vLLM's
@@ -148,17 +149,20 @@ with wrapped_lines():
 from dflash_fi.lab.selector import backend_verdicts
 from dflash_fi.vocabulary import RTX_4090
 
+from dflash_fi.engine.records import short_backend
+
 rtx = records[P.RTX4090_STEP4]
-ran = {role: sorted({path.rsplit(".", 1)[-1].removesuffix("Backend") for path in rtx.get("backends", {}).get(role, [])})
-       for role in ("target", "draft")}
-print("target layers:", rtx.get("backends", {}).get("target"), "\ndraft layers: ", rtx.get("backends", {}).get("draft"))
-print("FlashAttention version vLLM answers:", rtx.get("flash_attn_version"))
-print("vLLM's log lines:", rtx.get("flash_attn_log_lines") or "none (no layer ran FlashAttention)")
+ran = {"target": sorted({short_backend(b) for b in rtx.target_backends}),
+       "draft": sorted({short_backend(b) for b in rtx.draft_backends})}
+print("target layers:", [b.qualname for b in rtx.target_backends], "\ndraft layers: ",
+      [b.qualname for b in rtx.draft_backends])
+print("FlashAttention version vLLM answers:", rtx.flash_attn_version)
+print("vLLM's log lines:", list(rtx.flash_attn_log_lines) or "none (no layer ran FlashAttention)")
 flash_attn_fp8 = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "target")}["FLASH_ATTN"]
-verdict(f"vLLM's FlashAttention answers version {rtx.get('flash_attn_version')}; on the CPU lab's pretended RTX 4090 "
+verdict(f"vLLM's FlashAttention answers version {rtx.flash_attn_version}; on the CPU lab's pretended RTX 4090 "
         f"it refuses an FP8 cache ('{'; '.join(flash_attn_fp8) or 'no reason'}'), and here the target's layers run on "
         f"{', '.join(ran['target'])} and the draft's on {', '.join(ran['draft'])}. Still not a real 4090: the silicon is "
-        f"{rtx.get('gpu')} (SM {rtx.get('compute_capability')}), and FlashInfer picks its kernels for that.")
+        f"{rtx.provenance.gpu} (SM {rtx.provenance.compute_capability}), and FlashInfer picks its kernels for that.")
 
 # %% [markdown]
 # Every eager run of the committed walkthrough, against the reference decoder's two predictions (the walkthrough
@@ -169,24 +173,24 @@ from dflash_fi.evidence.report import recorded_walkthrough
 from dflash_fi.figures import tau_by_step
 from dflash_fi.steps import STEPS
 
-walkthrough, provenance = recorded_walkthrough()
-walkthrough_reference = next(iter(walkthrough.values()))["spec"]["extra"]["reference"]
-eager = [P.FLASH_ATTN, *(P.step_label(s) for s in STEPS), P.FP8, P.RTX4090_STEP4]
+manifest, walkthrough, provenance = recorded_walkthrough()
+walkthrough_reference = manifest.reference
+eager = [P.FLASH_ATTN, *(P.step_run(s) for s in STEPS), P.FP8, P.RTX4090_STEP4]
 print(provenance)
-tau_by_step(walkthrough, walkthrough_reference, [label for label in eager if label in walkthrough]);
-bf16 = [walkthrough[P.step_label(s)]["tau"] for s in STEPS if s >= 3 and P.step_label(s) in walkthrough]
-fp8 = {label: walkthrough[label] for label in (P.FP8, P.RTX4090_STEP4) if (walkthrough.get(label) or {}).get("tau")}
+tau_by_step(walkthrough, walkthrough_reference, [run for run in eager if run in walkthrough]);
+bf16 = [walkthrough[P.step_run(s)].tau for s in STEPS if s >= 3 and P.step_run(s) in walkthrough]
+fp8 = {run: walkthrough[run] for run in (P.FP8, P.RTX4090_STEP4) if run in walkthrough and walkthrough[run].tau}
 
 
 def target_backend(record):
-    return record["backends"]["target"][0].rsplit(".", 1)[-1].removesuffix("Backend")
+    return short_backend(record.target_backends[0])
 
 
 verdict(f"steps 0 and 1 fail (no bar); step 2 sits at the causal prediction "
-        f"({walkthrough[P.step_label(2)]['tau']:.2f} against {walkthrough_reference['tau_causal']:.2f}); steps 3 on at "
+        f"({walkthrough[P.step_run(2)].tau:.2f} against {walkthrough_reference['tau_causal']:.2f}); steps 3 on at "
         f"the non-causal one ({min(bf16):.2f} to {max(bf16):.2f} against {walkthrough_reference['tau_noncausal']:.2f})."
-        + (" The fp8 runs, " + " and ".join(f"{r['tau']:.2f} with a {target_backend(r)} target" for r in fp8.values())
-           + (", are lower" if max(r["tau"] for r in fp8.values()) < min(bf16) else ", differ") + ": an FP8 cache changes the target's own numbers, and two target backends on it decode different "
+        + (" The fp8 runs, " + " and ".join(f"{r.tau:.2f} with a {target_backend(r)} target" for r in fp8.values())
+           + (", are lower" if max(r.tau for r in fp8.values()) < min(bf16) else ", differ") + ": an FP8 cache changes the target's own numbers, and two target backends on it decode different "
            "text from their first near-tie on (notebook 0), so each tau is measured on its own text. Both are far "
            "above the causal prediction." if fp8 else ""))
 
@@ -201,7 +205,8 @@ check("step 4 warns once, and routes every target batch as stock does", len(warn
 check("the feature table's Non-Causal column gains FlashInfer and nothing else",
       len(changed) == 1 and "FLASHINFER" in changed[0][1] and "✅" in changed[0][1])
 check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case pass",
-      len(checks) == 5 and all(c.passed for c in checks), source.split(":")[0])
+      len(checks) == 5 and all(c.passed for c in checks),
+      "live" if session.live else "committed records")
 
 # %% [markdown]
 # ## What you saw, and what's next

@@ -31,8 +31,8 @@ from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
-live_labels = [P.NO_SPEC_GRAPHS, P.FLASH_ATTN_GRAPHS, P.STEP4_GRAPHS, P.step_label(4), P.step_label(5)]
-session = setup("05_what_upstream_did_next", live=live_labels)
+live_runs = [P.NO_SPEC_GRAPHS, P.FLASH_ATTN_GRAPHS, P.STEP4_GRAPHS, P.step_run(4), P.step_run(5)]
+session = setup("05_what_upstream_did_next", live=live_runs)
 
 # %% [markdown]
 # ## The names: what a builder claims, what an engine runs
@@ -140,22 +140,23 @@ show_hunks(5, only=[1, 2])
 # %%
 from dflash_fi.notebook import show_engine_calls
 
-show_engine_calls(live_labels)
+show_engine_calls(live_runs)
 
 # %% tags=["gpu"]
-live = session.run_live(live_labels)
+live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.engine.identity import label
 from dflash_fi.notebook import wrapped_lines
 
-records, reference, source = session.evidence(live_labels)
+records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source)
-    for label in live_labels[:3]:
-        print(f"  {label:<40} resolved {records[label].get('cudagraph_mode')}")
+    for run in live_runs[:3]:
+        print(f"  {label(run):<40} resolved {records[run].cudagraph_mode}")
     checks = session.check(records, reference, ("CUDA graphs", "step 5"))
-verdict(f"the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].get('cudagraph_mode')}, step 4's "
-      f"FlashInfer draft turns the same engine {records[P.STEP4_GRAPHS].get('cudagraph_mode')}, as the table above "
+verdict(f"the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].cudagraph_mode}, step 4's "
+      f"FlashInfer draft turns the same engine {records[P.STEP4_GRAPHS].cudagraph_mode}, as the table above "
       "predicted from vLLM's own resolution code.")
 
 # %% [markdown]
@@ -174,7 +175,8 @@ check("the glossary names every AttentionCGSupport claim and CUDAGraphMode of vL
       and {m.decode_mode().name for m in CUDAGraphMode} | {m.mixed_mode().name for m in CUDAGraphMode} <= set(RUNTIME))
 check("step 5's draft kernel is FlashInfer's fa2", "NON_CAUSAL_PREFILL_BACKEND = \"fa2\"" in hunk_diff(5))
 check(f"the walkthrough's {len(checks)} checks for graph modes and step 5 pass",
-      len(checks) == 2 and all(c.passed for c in checks), source.split(":")[0])
+      len(checks) == 2 and all(c.passed for c in checks),
+      "live" if session.live else "committed records")
 
 # %% [markdown]
 # ## What you saw, and what's next

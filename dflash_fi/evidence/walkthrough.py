@@ -57,7 +57,7 @@ def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, 
 
 def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) -> dict:
     from dflash_fi.lab.graphs import cudagraph_claims, format_claims
-    from dflash_fi.lab.routing import routing_report
+    from dflash_fi.lab.routing import dflash_check, routing_report
     from dflash_fi.lab.selector import render_matrix, selector_matrix
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
     from dflash_fi.reference.evaluate import evaluate_pair
@@ -84,9 +84,9 @@ def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) ->
         for capability, trtllm, kv in ((HOPPER, False, "auto"), (BLACKWELL, True, "auto"), (RTX_4090, False, "fp8")):
             report = routing_report(step, trtllm=trtllm, capability=capability, kv_cache_dtype=kv)
             draft = report["batches"][0]
-            path = draft.get("error") or draft["decode"] or draft["prefill"]
+            path = f"{draft['refused']['type']} (refused)" if "refused" in draft else draft["decode"] or draft["prefill"]
             plan = f", plan causal={draft['plan_causal']}" if draft.get("plan_causal") is not None else ""
-            check = draft.get("dflash_check", "-").split(":")[0]
+            check = dflash_check(draft) if "dflash_check_passed" in draft else "-"
             cells.append(f"{path}{plan}, DFlash check {check}")
             if (capability, kv) == (HOPPER, "auto"):
                 targets = [{k: v for k, v in b.items() if k != "metadata_causal"}

@@ -161,7 +161,7 @@ class RoutingLab:
             with set_current_vllm_config(config):
                 md = builder.build(0, cad)
         except NotImplementedError as exc:
-            row["error"] = f"NotImplementedError: {exc}"
+            row["refused"] = {"type": type(exc).__name__, "message": str(exc)}
             return row
         prefill = md.prefill
         prefill_kernel = None
@@ -196,9 +196,9 @@ class RoutingLab:
                                    return_value=([md], per_layer)):
                 try:
                     DFlashProposer.build_per_group_and_layer_attn_metadata(self._proposer, cad)
-                    row["dflash_check"] = "pass"
+                    row["dflash_check_passed"], row["dflash_check_reason"] = True, None
                 except AssertionError as exc:
-                    row["dflash_check"] = f"fail: {str(exc).split(',')[0]}"
+                    row["dflash_check_passed"], row["dflash_check_reason"] = False, str(exc)
         return row
 
     def route_all(self, batches=STANDARD_BATCHES) -> list[dict]:
@@ -219,17 +219,24 @@ def routing_report(step: int | str, trtllm: bool = False, capability=None, kv_ca
             "dflash_warnings": warnings}
 
 
+def dflash_check(row: dict, detail: bool = False) -> str:
+    """DFlash's own check of a draft batch's metadata, as a table shows it: "pass", "fail" (and why, with detail)."""
+    if row["dflash_check_passed"]:
+        return "pass"
+    return f"fail: {row['dflash_check_reason']}" if detail else "fail"
+
+
 def format_routing(report: dict) -> str:
     lines = [f"step {report['step']}, SM {report['capability']}, KV cache {report['kv_cache_dtype']}, TRTLLM "
              f"{'available (forced)' if report['trtllm_available'] else 'not available'}"
              f"{', CUDA graphs' if report.get('cuda_graphs') else ''}"]
     for b in report["batches"]:
-        if "error" in b:
-            lines.append(f"  {b['batch']:<40} {b['error']}")
+        if "refused" in b:
+            lines.append(f"  {b['batch']:<40} {b['refused']['type']}: {b['refused']['message']}")
             continue
         paths = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
         plan = "" if b["plan_causal"] is None else f", plan(causal={b['plan_causal']}, {b['prefill_kernel']})"
-        check = f", DFlash check {b['dflash_check']}" if "dflash_check" in b else ""
+        check = f", DFlash check {dflash_check(b, detail=True)}" if "dflash_check_passed" in b else ""
         lines.append(f"  {b['batch']:<40} {b['num_decodes']} decode + {b['num_prefills']} prefill requests via "
                      f"{paths}{plan}, metadata.causal={b['metadata_causal']}{check}")
     for w in report["dflash_warnings"]:
@@ -248,13 +255,13 @@ def routing_table(steps, capability=HOPPER, trtllm: bool = False, kv_cache_dtype
         cells = []
         for s in steps:
             b = reports[s]["batches"][i]
-            if "error" in b:
-                cells.append(b["error"].split(":")[0])
+            if "refused" in b:
+                cells.append(f"{b['refused']['type']} (refused)")
                 continue
             path = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
             plan = "" if b["plan_causal"] is None else f", plan causal={b['plan_causal']}"
-            draft = (f"; metadata.causal={b['metadata_causal']}; DFlash check {b['dflash_check'].split(':')[0]}"
-                     if "dflash_check" in b else "")
+            draft = (f"; metadata.causal={b['metadata_causal']}; DFlash check {dflash_check(b)}"
+                     if "dflash_check_passed" in b else "")
             cells.append(f"{b['num_decodes']} decode + {b['num_prefills']} prefill: {path}{plan}{draft}")
         lines.append(f"| {batch.name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -34,7 +34,7 @@ def test_step0_rejects_flashinfer_for_the_draft(reports):
     row = draft_row(reports[0, False])
     assert row["selection"].startswith("rejected:") and "non-causal attention not supported" in row["selection"]
     # Forced onto stock FlashInfer anyway, the draft is planned causal and fails DFlash's check.
-    assert row["plan_causal"] is True and row["dflash_check"].startswith("fail")
+    assert row["plan_causal"] is True and row["dflash_check_passed"] is False
 
 
 @pytest.mark.step1
@@ -42,7 +42,7 @@ def test_step1_accepts_flashinfer_but_fails_dflash_check(reports):
     row = draft_row(reports[1, False])
     assert row["selection"] == "FLASHINFER accepted"
     assert row["metadata_causal"] == "absent"
-    assert row["dflash_check"].startswith("fail: Attention metadata for layer model.layers.4.self_attn.attn")
+    assert row["dflash_check_reason"].startswith("Attention metadata for layer model.layers.4.self_attn.attn")
 
 
 @pytest.mark.step2
@@ -50,7 +50,7 @@ def test_step1_accepts_flashinfer_but_fails_dflash_check(reports):
 def test_step2_all_prefill_check_passes_but_planned_causal(reports, trtllm):
     row = draft_row(reports[2, trtllm])
     assert (row["num_decodes"], row["num_prefills"]) == (0, len(DRAFT.query_lens))
-    assert row["metadata_causal"] is False and row["dflash_check"] == "pass"
+    assert row["metadata_causal"] is False and row["dflash_check_passed"] is True
     if trtllm:  # Blackwell: stock treats the 16-token draft as a spec decode; now it is prefill, on TRTLLM (causal)
         assert row["prefill"] == "TRTLLM prefill"
         assert draft_row(reports[1, True])["decode"] == "TRTLLM decode"
@@ -62,7 +62,7 @@ def test_step2_all_prefill_check_passes_but_planned_causal(reports, trtllm):
 def test_step3_separate_wrapper_planned_non_causal(reports):
     row = draft_row(reports[3, False])
     assert row["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and row["plan_causal"] is False
-    assert row["dflash_check"] == "pass" and row["prefill_kernel"] == "auto"
+    assert row["dflash_check_passed"] is True and row["prefill_kernel"] == "auto"
     # ...but without the gating of step 4, Blackwell still sends the draft to (causal) TRTLLM prefill.
     assert draft_row(reports[3, True])["prefill"] == "TRTLLM prefill"
 
@@ -71,7 +71,7 @@ def test_step3_separate_wrapper_planned_non_causal(reports):
 def test_step4_gates_trtllm_for_non_causal_and_warns_once(reports):
     row = draft_row(reports[4, True])
     assert row["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and row["decode"] is None
-    assert row["plan_causal"] is False and row["dflash_check"] == "pass"
+    assert row["plan_causal"] is False and row["dflash_check_passed"] is True
     assert len(reports[4, True]["dflash_warnings"]) == 1  # two draft batches were built, one warning
     assert reports[4, False]["dflash_warnings"] == []
     assert all(r["dflash_warnings"] == [] for (s, _), r in reports.items() if s < 4)
@@ -102,7 +102,7 @@ def test_step6_with_cuda_graphs_gives_causal_uniform_batches_graph_wrappers(step
     # A DFlash draft block keeps the plain non-causal wrapper: no full graph replays it in vLLM 0.22.1.
     draft = rows[DRAFT.name]
     assert draft["prefill"] == "FlashInfer prefill (separate non-causal wrapper)"
-    assert draft["plan_causal"] is False and draft["prefill_kernel"] == "fa2" and draft["dflash_check"] == "pass"
+    assert draft["plan_causal"] is False and draft["prefill_kernel"] == "fa2" and draft["dflash_check_passed"] is True
     # Batches a full graph never holds keep the shared wrappers: prompts, mixed batches.
     assert rows["target prefill: 2 prompts"]["prefill"] == "FlashInfer prefill (shared causal wrapper)"
     assert rows["target mixed: 2 decodes + 1 prefill"]["prefill"] == "FlashInfer prefill (shared causal wrapper)"
@@ -134,7 +134,7 @@ def test_the_rtx_4090_with_fp8_kv_routes_the_draft_non_causal():
     report = routing_report(6, capability=RTX_4090, kv_cache_dtype="fp8")
     draft = draft_row(report)
     assert draft["selection"] == "FLASHINFER accepted" and draft["plan_causal"] is False
-    assert draft["prefill_kernel"] == "fa2" and draft["dflash_check"] == "pass"
+    assert draft["prefill_kernel"] == "fa2" and draft["dflash_check_passed"] is True
 
 
 def _metadata_snapshot(cad):
@@ -213,7 +213,7 @@ def test_property_step4_non_causal_never_decode_trtllm_or_cascade(labs, requests
     row = step4.route(draft)
     assert row["num_decodes"] == 0 and row["decode"] is None and row["cascade"] is False
     assert row["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and row["plan_causal"] is False
-    assert row["metadata_causal"] is False and row["dflash_check"] == "pass"
+    assert row["metadata_causal"] is False and row["dflash_check_passed"] is True
 
     target = Batch("target", tuple(1 if is_decode else q for is_decode, q, _ in requests),
                    tuple(c for _, _, c in requests), True)
