@@ -133,6 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record", action="store_true", help="write runs/<gpu>.build-profile-<commit>.json")
     p.add_argument("--out", default=None, help="results file (default: artifacts/results/, or runs/ with --record)")
 
+    p = command("record", commands.record, "keep a GPU run's transcript under runs/ (test-command, nbval, gpu-tests, "
+                "notebooks), named by the GPU and commit, written once")
+    p.add_argument("kind", choices=("test-command", "nbval", "gpu-tests", "notebooks"))
+    p.add_argument("file", help="the transcript")
+
     p = command("near-ties", commands.near_ties,
                 "measure the near-tie margin: where correct engines' greedy outputs part (GPU)")
     p.add_argument("--record", action="store_true",
@@ -142,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     command("figures", commands.figures, "draw docs/figures/*.svg from the benchmark results under runs/")
 
     p = command("notebooks", commands.notebooks, "re-execute the notebooks in place (outputs from this machine)")
-    p.add_argument("--only", default=None, help="only notebooks whose name contains this, e.g. 03")
+    p.add_argument("--only", action="append", default=None,
+                   help="only notebooks whose name contains this, e.g. 03 (repeatable)")
     p.add_argument("--timeout", type=_positive, default=900, help="seconds per cell")
     p.add_argument("--allow-cpu", action="store_true", help="execute without a GPU too (gpu cells say they skip)")
 
@@ -152,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-QUIET_COMMANDS = ("doctor", "train", "reference", "model-card", "report", "figures")  # these import no vLLM engine
+QUIET_COMMANDS = ("doctor", "train", "reference", "model-card", "report", "figures", "record")  # these import no vLLM engine
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -178,6 +178,23 @@ def profile(args) -> int:
     return 0
 
 
+def record(args) -> int:
+    from dflash_fi.errors import BadInput
+    from dflash_fi.runs import TRANSCRIPTS, Kind, Runs
+    from dflash_fi.stack import git_commit, require_gpu
+
+    kind = next(k for k in Kind if k.stem == args.kind)
+    if kind not in TRANSCRIPTS:
+        raise BadInput(f"{args.kind} is written by its own command; `record` keeps only "
+                       f"{', '.join(k.stem for k in TRANSCRIPTS)}")
+    source = Path(args.file)
+    if not source.is_file():
+        raise BadInput(f"no file {source} to record")
+    gpu = require_gpu("dflash-fi record (a transcript of a GPU run is named by the GPU it ran on)")
+    print(Runs().write_new(kind, gpu.name, (git_commit() or "unknown")[:7], source.read_text()))
+    return 0
+
+
 def near_ties(args) -> int:
     from dflash_fi.evidence.near_ties import run_calibration
 

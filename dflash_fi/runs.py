@@ -58,6 +58,8 @@ class Kind(Enum):
         return self.value[1]
 
 
+# What a person records with `dflash-fi record`: the transcript of a GPU run that no dflash-fi command writes itself.
+TRANSCRIPTS = (Kind.TEST_COMMAND, Kind.NBVAL, Kind.GPU_TESTS, Kind.NOTEBOOKS)
 # Longest names first: "bench-turns" before a kind whose name were its prefix.
 _KINDS_BY_NAME = sorted((k for k in Kind if k.stem), key=lambda k: -len(k.stem))
 

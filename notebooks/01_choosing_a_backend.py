@@ -162,12 +162,13 @@ show_hunks(1)
 
 # %%
 from dflash_fi.lab.batches import STANDARD_BATCHES
-from dflash_fi.lab.routing import RoutingLab
+from dflash_fi.lab.routing import RoutingLab, dflash_check
 
 with RoutingLab(1) as lab:
     draft_row = lab.route(STANDARD_BATCHES[0])
-for key in ("selection", "prefill", "plan_causal", "metadata_causal", "dflash_check"):
+for key in ("selection", "prefill", "plan_causal", "metadata_causal"):
     print(f"{key:>16}: {draft_row[key]}")
+print(f"{'DFlash check':>16}: {dflash_check(draft_row, detail=True)}")
 
 # %% [markdown]
 # ## On the GPU

@@ -25,8 +25,9 @@ NOTEBOOK_OF_STEP = {step: next(nb for nb, steps in STEPS_OF_NOTEBOOK.items() if 
 METADATA_KEY = "dflash_fi"
 
 
-def notebook_paths(only: str | None = None) -> list[Path]:
-    return [p for p in sorted(NOTEBOOKS_DIR.glob("*.ipynb")) if only is None or only in p.stem]
+def notebook_paths(only: list[str] | None = None) -> list[Path]:
+    """The notebooks, or those whose names contain one of `only`."""
+    return [p for p in sorted(NOTEBOOKS_DIR.glob("*.ipynb")) if not only or any(o in p.stem for o in only)]
 
 
 def source_sha256(nb) -> str:
@@ -35,7 +36,7 @@ def source_sha256(nb) -> str:
     return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
 
 
-def execute_notebooks(only: str | None = None, timeout: int = 900, allow_cpu: bool = False) -> int:
+def execute_notebooks(only: list[str] | None = None, timeout: int = 900, allow_cpu: bool = False) -> int:
     """Execute in place. Without a GPU only with allow_cpu: the committed outputs come from a GPU."""
     import nbformat
     from nbclient import NotebookClient

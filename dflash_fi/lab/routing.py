@@ -121,7 +121,7 @@ class RoutingLab:
             return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
                               num_kv_heads=hf.num_key_value_heads, cache_config=config.cache_config,
                               prefix=name, **kwargs) for name in names]
-        self.builders, self.selection = {}, {}
+        self.builders, self.selection, self.layers = {}, {}, {}
         for role, config, names in (
             ("target", self.vllm_config, [f"model.layers.{i}.self_attn.attn" for i in range(num_target)]),
             ("draft", self.draft_config,
@@ -142,6 +142,7 @@ class RoutingLab:
             if not self.on_gpu and hasattr(builder, "set_workspace_buffer"):  # FlashInfer's; its wrappers are doubles
                 builder.set_workspace_buffer(torch.empty(0, dtype=torch.uint8))
             self.builders[role] = (builder, names, config)
+            self.layers[role] = layers  # vLLM's Attention layers, their impl's forward() included
         self.kv_cache_spec = spec
 
     def __exit__(self, *exc):

@@ -41,9 +41,26 @@ def test_step6_keeps_full_and_piecewise(capability, trtllm):
 
 
 @pytest.mark.step6
-def test_step6_keeps_the_old_claim_where_no_graph_wrapper_exists():
-    claims = cudagraph_claims(6, HOPPER, kv_cache_dtype="fp8")
-    assert claims["flashinfer_claim"] == "UNIFORM_BATCH"  # fp8 has graph wrappers; NVFP4/DCP keep step 5's answer
+@pytest.mark.parametrize("step", [6, 8])
+def test_the_graph_wrappers_claim_stops_where_no_graph_wrapper_exists(step):
+    """fp8 KV has CUDA-graph prefill wrappers; DCP and an NVFP4 cache have none, so they keep step 5's claim: asked
+    with an engine config that really has decode context parallelism, or an NVFP4 cache."""
+    import copy
+
+    from vllm.config import set_current_vllm_config
+
+    from dflash_fi.lab.routing import RoutingLab
+
+    assert cudagraph_claims(step, HOPPER, kv_cache_dtype="fp8")["flashinfer_claim"] == "UNIFORM_BATCH"
+    with RoutingLab(step, HOPPER, cuda_graphs=True) as lab:
+        builder = lab.module.FlashInferBackend.get_builder_cls()
+        dcp, nvfp4 = copy.deepcopy(lab.vllm_config), copy.deepcopy(lab.vllm_config)
+        dcp.parallel_config.decode_context_parallel_size = 2
+        nvfp4.cache_config.cache_dtype = "nvfp4"
+        with set_current_vllm_config(lab.vllm_config):
+            claims = {name: builder.get_cudagraph_support(config, lab.kv_cache_spec).name
+                      for name, config in (("plain", lab.vllm_config), ("dcp", dcp), ("nvfp4", nvfp4))}
+    assert claims == {"plain": "UNIFORM_BATCH", "dcp": "UNIFORM_SINGLE_TOKEN_DECODE", "nvfp4": "UNIFORM_SINGLE_TOKEN_DECODE"}
 
 
 @pytest.mark.step4

@@ -54,10 +54,9 @@ def test_the_runner_plans_nothing_for_the_draft_layers_on_target_steps(cuda_grap
 
 
 def test_unread_metadata_fails_loudly_if_a_forward_ever_reads_it():
-    from dflash_fi.steps import patched_source
-
-    source = patched_source(7)
-    assert "is never planned and must not be read" in source
+    """The draft layers' real forward() (vLLM's FlashInferImpl, patched), handed the metadata of a target step that
+    step 7 never plans: it stops at the wrapper, with the reason, before any kernel would run."""
+    import torch
     from vllm.config import set_current_vllm_config
 
     with RoutingLab(7) as lab:
@@ -67,3 +66,10 @@ def test_unread_metadata_fails_loudly_if_a_forward_ever_reads_it():
         assert md.prefill.wrapper is None and md.num_prefill_tokens == md.num_actual_tokens > 0
         target_builder = lab.builders["target"][0]
         assert target_builder._draft_layers_only is False and builder._draft_layers_only is True
+        layer = lab.layers["draft"][0]
+        heads, kv_heads, head_dim = builder.num_qo_heads, builder.num_kv_heads, builder.head_dim
+        q = torch.zeros(md.num_actual_tokens, heads, head_dim, dtype=torch.bfloat16)
+        kv = torch.zeros(md.num_actual_tokens, kv_heads, head_dim, dtype=torch.bfloat16)
+        cache = torch.zeros(8, 2, 16, kv_heads, head_dim, dtype=torch.bfloat16)
+        with set_current_vllm_config(config), pytest.raises(AssertionError, match="is never planned and must not be read"):
+            layer.impl.forward(layer, q, kv, kv, cache, md, torch.empty_like(q))
