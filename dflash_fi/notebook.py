@@ -93,13 +93,12 @@ class Session:
         return ({run: records[run] for run in runs if run in records}, manifest.reference,
                 f"committed records, not run here: {provenance}")
 
-    def check(self, records: dict, reference: dict, names: tuple[str, ...]) -> list:
-        """The walkthrough's checks whose names start with one of `names` and whose runs are all in `records`, on
-        these records; one line each."""
+    def check(self, records: dict, reference: dict) -> list:
+        """The walkthrough's checks whose runs are all in `records` (by RunId), on these records; one line each."""
         from dflash_fi.evidence.checks import check_records, checks
         from dflash_fi.evidence.near_ties import committed_margin
 
-        wanted = {c.name for c in checks() if c.name.startswith(names) and set(c.needs) <= set(records)}
+        wanted = {c.name for c in checks() if set(c.needs) <= set(records)}
         checks = [c for c in check_records(records, reference, committed_margin()) if c.name in wanted]
         for c in checks:
             print(c.line())

@@ -196,7 +196,7 @@ from dflash_fi.notebook import wrapped_lines
 records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source)
-    checks = session.check(records, reference, ("step 0", "step 1", "RTX 4090 case, stock"))
+    checks = session.check(records, reference)
 
 # %% [markdown]
 # What vLLM itself says when it starts the stock engine of the RTX 4090 case, backend by backend, next to what the
@@ -237,7 +237,7 @@ with wrapped_lines():
     check("vLLM on the GPU refuses the RTX 4090 case's draft for the CPU lab's reasons", said == lab_4090,
           f"{len(said)} backends")
     check(f"the walkthrough's {len(checks)} checks for these runs pass",
-          len(checks) == 4 and all(c.passed for c in checks), "live" if session.live else "committed records")
+          bool(checks) and all(c.passed for c in checks), "live" if session.live else "committed records")
 
 # %% [markdown]
 # ## What you saw, and what's next

@@ -132,13 +132,12 @@ show_engine_calls(live_runs)
 live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.engine.identity import label
 from dflash_fi.notebook import wrapped_lines
 
 records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source)
-    checks = session.check(records, reference, ("step 4", label(P.FP8), "RTX 4090 case, step 4", label(P.RTX4090_STEP4)))
+    checks = session.check(records, reference)
 
 # %% [markdown]
 # What the RTX 4090 engine ran, in vLLM's own words: each layer's backend, the FlashAttention version vLLM's
@@ -205,7 +204,7 @@ check("step 4 warns once, and routes every target batch as stock does", len(warn
 check("the feature table's Non-Causal column gains FlashInfer and nothing else",
       len(changed) == 1 and "FLASHINFER" in changed[0][1] and "✅" in changed[0][1])
 check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case pass",
-      len(checks) == 5 and all(c.passed for c in checks),
+      bool(checks) and all(c.passed for c in checks),
       "live" if session.live else "committed records")
 
 # %% [markdown]

@@ -154,7 +154,7 @@ with wrapped_lines():
     print(source)
     for run in live_runs[:3]:
         print(f"  {label(run):<40} resolved {records[run].cudagraph_mode}")
-    checks = session.check(records, reference, ("CUDA graphs", "step 5"))
+    checks = session.check(records, reference)
 verdict(f"the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].cudagraph_mode}, step 4's "
       f"FlashInfer draft turns the same engine {records[P.STEP4_GRAPHS].cudagraph_mode}, as the table above "
       "predicted from vLLM's own resolution code.")
@@ -163,7 +163,7 @@ verdict(f"the FLASH_ATTN draft keeps {records[P.FLASH_ATTN_GRAPHS].cudagraph_mod
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.steps import hunk_diff
+from dflash_fi.steps import backend_module
 
 check("step 4 on SM 9.0 resolves PIECEWISE, step 6 FULL_AND_PIECEWISE",
       by_step[4, "9.0"]["resolved_mode"] == "PIECEWISE" and by_step[6, "9.0"]["resolved_mode"] == "FULL_AND_PIECEWISE")
@@ -173,9 +173,9 @@ check("step 4 claims UNIFORM_BATCH for the draft's config on Blackwell; step 5 (
 check("the glossary names every AttentionCGSupport claim and CUDAGraphMode of vLLM 0.22.1",
       set(FULL_GRAPH_HOLDS) == {c.name for c in AttentionCGSupport}
       and {m.decode_mode().name for m in CUDAGraphMode} | {m.mixed_mode().name for m in CUDAGraphMode} <= set(RUNTIME))
-check("step 5's draft kernel is FlashInfer's fa2", "NON_CAUSAL_PREFILL_BACKEND = \"fa2\"" in hunk_diff(5))
+check("step 5's draft kernel is FlashInfer's fa2", backend_module(5).NON_CAUSAL_PREFILL_BACKEND == "fa2")
 check(f"the walkthrough's {len(checks)} checks for graph modes and step 5 pass",
-      len(checks) == 2 and all(c.passed for c in checks),
+      bool(checks) and all(c.passed for c in checks),
       "live" if session.live else "committed records")
 
 # %% [markdown]

@@ -169,9 +169,11 @@ def test_engine_calls_are_one_call_and_what_differs():
         "step 4": {"model": "target", "enforce_eager": True, "speculative_config": spec},
     })
     assert base == {"model": "target", "enforce_eager": True, "speculative_config": spec}
-    assert differences == {"no speculation": ["no speculative_config"],
-                           "FLASH_ATTN": ["speculative_config['attention_backend']='FLASH_ATTN'"],
-                           "step 3": [], "step 4": []}
+    shown = {engine: [str(d) for d in found] for engine, found in differences.items()}
+    assert shown == {"no speculation": ["no speculative_config"],
+                     "FLASH_ATTN": ["speculative_config['attention_backend']='FLASH_ATTN'"], "step 3": [], "step 4": []}
+    assert differences["no speculation"][0].absent and differences["FLASH_ATTN"][0].path == ("speculative_config",
+                                                                                         "attention_backend")
 
 
 def test_an_excerpt_keeps_the_signature_and_the_blocks_asked_for():

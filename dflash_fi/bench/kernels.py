@@ -214,7 +214,7 @@ def measure(shape: Shape, kernel: str, workspace, copy_gbps: float, reference_ca
                     "share_of_copy": round(inputs.kv_bytes / ms / 1e6 / copy_gbps, 3), "max_abs_err": err,
                     "plan_ms": round(host_ms(lambda i: k.plan()), 4) if k.plan else None})
     except Exception as exc:  # a kernel that cannot run here still gets its row
-        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        row["error_type"], row["error"] = type(exc).__name__, str(exc).splitlines()[0][:300] if str(exc) else ""
     return row
 
 
@@ -250,7 +250,7 @@ def format_row(row: dict) -> str:
     shape = (f"{row['kv_dtype']:<8} b{row['batch']:<3} ctx {row['context']:<5} "
              f"heads {row['num_qo_heads']}/{row['num_kv_heads']}")
     if "error" in row:
-        return f"{shape}  {row['kernel']:<16} ERROR {row['error'][:90]}"
+        return f"{shape}  {row['kernel']:<16} ERROR {row.get('error_type', '')} {row['error'][:90]}"
     err = "NaN in the output (not all written)" if row["max_abs_err"] is None else f"{row['max_abs_err']:.2e}"
     return (f"{shape}  {row['kernel']:<16} ({row['ran']:<4}) {row['median_ms']:8.4f} ms "
             f"{row['achieved_GBps']:7.0f} GB/s ({row['share_of_copy']:.0%} of copy)  err {err}"

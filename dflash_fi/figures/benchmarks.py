@@ -57,7 +57,8 @@ def kernel_times(results: dict, num_qo_heads: int = 32, num_kv_heads: int = 8,
                 points = sorted((r["batch"], r["median_ms"]) for r in here
                                 if r["kernel"] == kernel and "median_ms" in r)
                 if not points:
-                    errors = {r["error"].split(":")[0] for r in here if r["kernel"] == kernel and r.get("error")}
+                    # rows recorded before error types were kept name none: "error" says that much
+                    errors = {r.get("error_type", "error") for r in here if r["kernel"] == kernel and "error" in r}
                     missing.append(f"{kernel} ({', '.join(sorted(errors))})" if errors else kernel)
                     continue
                 handles[kernel], = ax.plot(*zip(*points), **styles[kernel])

@@ -142,10 +142,23 @@ def excerpt(source: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = 
 _MISSING = object()
 
 
-def common_call(calls: dict[str, dict]) -> tuple[dict, dict[str, list[str]]]:
+@dataclass(frozen=True)
+class Difference:
+    """How one engine's call differs from the common one: an argument (a path through nested dicts) set to
+    another value, or left out (`absent`)."""
+
+    path: tuple[str, ...]
+    value: object = None
+    absent: bool = False
+
+    def __str__(self) -> str:  # rendered for the table, never read back
+        shown = self.path[0] + "".join(f"[{key!r}]" for key in self.path[1:])
+        return f"no {shown}" if self.absent else f"{shown}={self.value!r}"
+
+
+def common_call(calls: dict[str, dict]) -> tuple[dict, dict[str, list[Difference]]]:
     """calls: engine name -> its keyword arguments (dicts nested). Returns the base arguments (each path at the
-    value most engines give it; left out where most leave it out) and, per engine, how it differs from the base:
-    'name=value', or 'no name'. Paths are the keys, joined with '/' through nested dicts."""
+    value most engines give it; left out where most leave it out) and, per engine, how it differs from the base."""
     flat = {engine: _flatten(kwargs) for engine, kwargs in calls.items()}
     paths = list(dict.fromkeys(p for f in flat.values() for p in f))
     base = {}
@@ -156,12 +169,13 @@ def common_call(calls: dict[str, dict]) -> tuple[dict, dict[str, list[str]]]:
             base[path] = best
     differences = {}
     for engine, f in flat.items():
-        changed = [f"{_shown_path(p)}={f[p]!r}" for p in paths if p in f and not _same(f[p], base.get(p, _MISSING))]
+        changed = [Difference(p, f[p]) for p in paths if p in f and not _same(f[p], base.get(p, _MISSING))]
         absent = [p for p in base if p not in f]
         # A whole argument left out (no speculation: no speculative_config) is named once.
-        whole = {p.split("/")[0] for p in absent if not any(q.split("/")[0] == p.split("/")[0] for q in f)}
-        differences[engine] = changed + [f"no {h}" for h in dict.fromkeys(p.split("/")[0] for p in absent) if h in whole]
-        differences[engine] += [f"no {_shown_path(p)}" for p in absent if p.split("/")[0] not in whole]
+        whole = {p[0] for p in absent if not any(q[0] == p[0] for q in f)}
+        differences[engine] = changed + [Difference((h,), absent=True) for h in dict.fromkeys(p[0] for p in absent)
+                                         if h in whole]
+        differences[engine] += [Difference(p, absent=True) for p in absent if p[0] not in whole]
     return _unflatten(base), differences
 
 
@@ -169,30 +183,24 @@ def _same(a, b) -> bool:
     return a is b if _MISSING in (a, b) else a == b
 
 
-def _flatten(kwargs: dict, prefix: str = "") -> dict:
+def _flatten(kwargs: dict, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
     flat = {}
     for key, value in kwargs.items():
         if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}/"))
+            flat.update(_flatten(value, (*prefix, key)))
         else:
-            flat[f"{prefix}{key}"] = value
+            flat[(*prefix, key)] = value
     return flat
 
 
 def _unflatten(flat: dict) -> dict:
     out: dict = {}
-    for path, value in flat.items():
-        *parents, leaf = path.split("/")
+    for (*parents, leaf), value in flat.items():
         node = out
         for parent in parents:
             node = node.setdefault(parent, {})
         node[leaf] = value
     return out
-
-
-def _shown_path(path: str) -> str:
-    head, *rest = path.split("/")
-    return head + "".join(f"[{key!r}]" for key in rest)
 
 
 def engine_calls(calls: dict[str, dict], steps: dict[str, int], env: str, order: tuple[str, ...],
@@ -210,8 +218,7 @@ def engine_calls(calls: dict[str, dict], steps: dict[str, int], env: str, order:
              f"os.environ[{env!r}] = step  # FLASHINFER's step: the table's column 'step' (0: vLLM's own)",
              "llm = LLM(", *(f"    {name}={_argument(base[name])}," for name in order if name in base), ")"]
     table = ["| engine | step | what it changes in the call above |", "|---|---|---|"]
-    table += [f"| {name} | {steps[name]} | " + ("; ".join(f"no `{d[3:]}`" if d.startswith("no ") else f"`{d}`"
-                                                          for d in differences[name]) or "nothing") + " |"
+    table += [f"| {name} | {steps[name]} | " + ("; ".join(f"`{d}`" for d in differences[name]) or "nothing") + " |"
               for name in calls]
     return code_block("\n".join(lines), f"The call every engine below makes ({len(calls)} engines, one process "
                       "each)"), "\n".join(table)

@@ -14,8 +14,8 @@ def test_kernel_shapes_and_rows():
     assert set(KERNELS) == {"flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "vllm-flash-attn", "dflash-fi-final",
                             "dflash-fi-final-graph"}
     row = {"kernel": "flashinfer-fa3", "kv_dtype": "fp8-e4m3", "batch": 1, "context": 512, "num_qo_heads": 32,
-           "num_kv_heads": 8, "error": "NotBuilt: no kernel"}
-    assert "ERROR NotBuilt" in format_row(row)
+           "num_kv_heads": 8, "error_type": "NotBuilt", "error": "no kernel"}
+    assert "ERROR NotBuilt no kernel" in format_row(row)
 
 
 def test_benchmark_figures_are_text(tmp_path):
