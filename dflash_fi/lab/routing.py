@@ -1,16 +1,12 @@
 """`dflash-fi routing`: drive the real `FlashInferMetadataBuilder.build()` of a step on any machine.
 
-For a DFlash draft batch and for target batches (`dflash_fi.lab.batches`) this reports what the builder
-decided: decode/prefill split, which wrapper (shared causal, separate non-causal, CUDA-graph) or TRTLLM
-path, the kernel the wrapper asks for, the `causal` handed to `plan()`, `metadata.causal`, and whether
-DFlash's own check passes (`DFlashProposer.build_per_group_and_layer_attn_metadata` requires
-`causal is False` on every draft layer; its real code runs here).
-
-Everything is vLLM 0.22.1's own code and configuration classes, on the embedded model pair, under
-`pretend_gpu` (compute capability; `trtllm=True` = TRTLLM available as on Blackwell). Only FlashInfer's
-wrapper objects and vLLM's page-index Triton kernel are doubles; step 8's runs under Triton's interpreter.
+For a DFlash draft batch and for target batches (`dflash_fi.lab.batches`): the decode/prefill split, the wrapper
+(shared causal, separate non-causal, CUDA-graph) or TRTLLM path, its kernel, the `causal` handed to `plan()`,
+`metadata.causal`, and whether DFlash's own check (`DFlashProposer.build_per_group_and_layer_attn_metadata`, run
+here) passes. vLLM 0.22.1's own code, on the embedded pair, under `pretend_gpu` (`trtllm=True`: TRTLLM available as
+on Blackwell); only FlashInfer's wrappers and vLLM's Triton kernels are doubles (step 8's runs in Triton's
+interpreter).
 """
-
 from __future__ import annotations
 
 import logging
@@ -47,11 +43,10 @@ class RoutingLab:
         sizes the page tables (the model's position limit raised to it: no model runs); draft_backend: the draft's."""
         from dflash_fi.steps import check_step
 
-        self.step, self.capability, self.trtllm = check_step(step), tuple(capability), trtllm
-        self.kv_cache_dtype, self.dcp, self.cuda_graphs, self.on_gpu = kv_cache_dtype, dcp, cuda_graphs, on_gpu
-        self.max_model_len, self.draft_backend = max_model_len, draft_backend
+        self.step, self.capability, self.trtllm, self.dcp = check_step(step), tuple(capability), trtllm, dcp
+        self.kv_cache_dtype, self.cuda_graphs, self.on_gpu = kv_cache_dtype, cuda_graphs, on_gpu
+        self.max_model_len, self.draft_backend, self._stack = max_model_len, draft_backend, None
         self.target_dir, self.drafter_dir = Path(target_dir), Path(drafter_dir)
-        self._stack: ExitStack | None = None
 
     def __enter__(self) -> "RoutingLab":
         self._stack = ExitStack()
@@ -90,7 +85,7 @@ class RoutingLab:
             stack.enter_context(pretend_gpu(self.capability, trtllm=self.trtllm))
         stack.enter_context(using_step(self.step))
         self.module = backend_module(self.step)
-        if not self.on_gpu:
+        if not self.on_gpu:  # pretended GPUs have doubles of FlashInfer's wrappers and vLLM's Triton kernels
             stack.enter_context(flashinfer_gpu_doubles(self.module))
         if self.dcp:
             stack.enter_context(mock.patch.object(self.module, "get_dcp_group", lambda: DcpGroupDouble(2, 0)))
@@ -215,16 +210,13 @@ def routing_report(step: int | str, trtllm: bool = False, capability=None, kv_ca
     with RoutingLab(step, capability, trtllm=trtllm, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs) as lab:
         rows = lab.route_all()
         warnings = [m for m in lab.warnings.messages if "non-causal" in m or "DFlash" in m]
-    return {"step": step, "capability": sm(capability), "trtllm_available": trtllm,
-            "kv_cache_dtype": kv_cache_dtype, "cuda_graphs": cuda_graphs, "batches": rows,
-            "dflash_warnings": warnings}
+    return {"step": step, "capability": sm(capability), "trtllm_available": trtllm, "kv_cache_dtype": kv_cache_dtype,
+            "cuda_graphs": cuda_graphs, "batches": rows, "dflash_warnings": warnings}
 
 
 def dflash_check(row: dict, detail: bool = False) -> str:
     """DFlash's own check of a draft batch's metadata, as a table shows it: "pass", "fail" (and why, with detail)."""
-    if row["dflash_check_passed"]:
-        return "pass"
-    return f"fail: {row['dflash_check_reason']}" if detail else "fail"
+    return "pass" if row["dflash_check_passed"] else f"fail: {row['dflash_check_reason']}" if detail else "fail"
 
 
 def format_routing(report: dict) -> str:
