@@ -92,29 +92,31 @@ def test_pictures_in_at_least_four_notebooks():
 
 
 def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch, capsys):
-    """On a GPU, setup's `live` labels start the engines at once; the live cell collects that run instead of
+    """On a GPU, setup's `live` runs start the engines at once; the live cell collects that run instead of
     starting a second one. Engines and the GPU reference decoder are doubles here (both need a GPU); the same
     path runs for real whenever the notebooks are executed on the GPU machine."""
     from dflash_fi import notebook
+    from dflash_fi.engine.identity import label
+    from dflash_fi.engine.records import EngineRecord, Failure, Phase
     from dflash_fi.evidence import plan as P
 
     started = []
 
     def engines_double(specs, gpus, command, **kwargs):
-        started.append([spec.label for spec in specs])
-        return {spec.label: {"ok": spec.label != P.step_label(0), "error": {"type": "ValueError", "phase": "selection"}}
-                for spec in specs}
+        started.append([spec.run for spec in specs])
+        return [EngineRecord(spec, spec.run != P.step_run(0), failure=None if spec.run != P.step_run(0) else
+                             Failure("ValueError", "no backend", Phase.SELECTION)) for spec in specs]
 
     monkeypatch.setattr("dflash_fi.engine.pool.run_engines", engines_double)
-    monkeypatch.setattr("dflash_fi.engine.pool.share_gpus", lambda specs: ["0"])
+    monkeypatch.setattr("dflash_fi.engine.pool.share_gpus", lambda specs: (specs, ["0"]))
     monkeypatch.setattr("dflash_fi.reference.evaluate.evaluate_pair", lambda *args, **kwargs: {"tau_noncausal": 4.0})
-    labels = [P.FLASH_ATTN, P.step_label(0)]
+    runs = [P.FLASH_ATTN, P.step_run(0)]
     session = notebook.Session(name="test", gpu=object())
-    session.start_live(labels)
-    records = session.run_live(labels)
-    assert started == [labels] and list(records) == labels and session.live_reference == {"tau_noncausal": 4.0}
-    assert capsys.readouterr().out.splitlines() == [f"{P.FLASH_ATTN}: runs, as expected",
-                                                    f"{P.step_label(0)}: fails: ValueError at selection, as expected"]
+    session.start_live(runs)
+    records = session.run_live(runs)
+    assert started == [runs] and list(records) == runs and session.live_reference == {"tau_noncausal": 4.0}
+    assert capsys.readouterr().out.splitlines() == [f"{label(P.FLASH_ATTN)}: runs, as expected",
+                                                    f"{label(P.step_run(0))}: fails: ValueError at selection, as expected"]
     without_gpu = notebook.Session(name="test")
-    without_gpu.start_live(labels)
-    assert without_gpu.run_live(labels) is None and started == [labels]
+    without_gpu.start_live(runs)
+    assert without_gpu.run_live(runs) is None and started == [runs]
