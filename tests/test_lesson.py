@@ -209,3 +209,11 @@ def test_hunks_joined_in_one_box_say_where_each_lands_on_its_heading_line():
     assert lines[3].startswith("+    def _compute_flashinfer_kv_metadata_from_bounds(")
     assert lines[4].startswith("... ") and lines[4].endswith("the whole diff is in this notebook's appendix")
     assert listing.html.count("<pre") == 1 and "font-size: 11px" in listing.html
+
+
+def test_a_long_table_folds_into_html_and_keeps_its_markdown_as_text():
+    from dflash_fi.figures.listings import folded_markdown
+
+    listing = folded_markdown("every kernel", "| a | b |\n|---|---|\n| 1 | 2 |")
+    assert listing.html.startswith("<details>") and "<td>2</td>" in listing.html and "every kernel" in listing.html
+    assert listing.text.splitlines() == ["every kernel", "| a | b |", "|---|---|", "| 1 | 2 |"]

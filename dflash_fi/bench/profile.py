@@ -64,6 +64,11 @@ def latest_profile(runs=None) -> dict:
     return {**newest.read(), "file": newest.path.name}
 
 
+def profile_batches(profile: dict) -> list[int]:
+    """The batches a build profile's engines decoded, in order."""
+    return sorted({e["spec"]["num_prompts"] for e in profile["engines"]})
+
+
 def anatomy_rows(profile: dict, batch: int, role: str = "draft step", top: int | None = 6) -> list[dict]:
     """For each profiled engine at this batch, where one metadata build of `role` spends its host time: the `top`
     functions by own time (all recorded: None), per build, with file and line."""

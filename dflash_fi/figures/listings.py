@@ -5,6 +5,7 @@ them: no stylesheet, no script), with the same text as `text/plain` for nbval an
     hunk_blocks(step, hunks)       a step's hunks (`dflash_fi.lab.hunks.step_hunks`), each under its why (or joined)
     code_block(code, heading)      source highlighted by pygments (Python, or another language); chosen lines marked
     details_block(summary, body)   a collapsed <details> (the whole diff of a step, for whoever wants it)
+    folded_markdown(summary, md)   a long markdown table, folded the same way (an appendix)
     excerpt(source, blocks)        only the lines of a source a reader needs, '...' between them
     file_excerpt(path, start, ...) the same of a file that is no Python module (FlashInfer's C++ headers)
     wrapped_lines()                a with-block whose printed lines are wrapped at words (a browser breaks mid-word)
@@ -122,6 +123,13 @@ def details_block(summary: str, body: Listing) -> Listing:
     """`body` folded under `summary`: the HTML view opens it on a click; text shows only the summary."""
     return Listing(f'<details><summary style="cursor: pointer; {HEADING}">{html.escape(summary)}</summary>'
                    f"{body.html}</details>", f"{summary} (folded: open it in the HTML view)")
+
+
+def folded_markdown(summary: str, markdown: str) -> Listing:
+    """A long markdown table (an appendix's) as HTML folded under `summary`; its text is the markdown itself."""
+    import mistune  # nbconvert's markdown renderer, there wherever Jupyter is
+
+    return Listing(details_block(summary, Listing(mistune.html(markdown), "")).html, f"{summary}\n{markdown}")
 
 
 def folded_diff(summary: str, diff: str) -> Listing:
