@@ -59,7 +59,7 @@ def draft_layer_path(marks: dict[int, dict[str, int]] | None = None, highlight: 
     rows = max(1, max(map(len, badges.values())))
     width, box_w, box_h, gap = len(STAGES), 0.86, 1.3, 0.14
     fig, ax = plt.subplots(figsize=(12, 2.6 + 0.25 * rows), layout="constrained")
-    colors = {step: SERIES_COLORS[i % len(SERIES_COLORS)] for i, step in enumerate(sorted(marks))}
+    colors = {step: SERIES_COLORS[(step - 1) % len(SERIES_COLORS)] for step in marks}  # a step's colour everywhere
     for x, (key, name, what, when) in enumerate(STAGES):
         ax.add_patch(FancyBboxPatch((x + gap / 2, 0), box_w, box_h, boxstyle="round,pad=0.02", fc="#f6f8fa",
                                     ec="#57606a", lw=1.2))
