@@ -141,6 +141,23 @@ def check(name: str, passed: bool, detail: str = "") -> None:
     assert passed, line
 
 
+def skip(name: str, why: str) -> None:
+    """One line of a check cell for a check that cannot run here (no GPU, a result not recorded yet): it says so."""
+    print(f"SKIP  {name}: {why}")
+
+
+def recorded(read, what: str):
+    """`read()`, or None and one line saying that `what` is not recorded yet (`NoRecord`): cells that use it then
+    say so instead of failing."""
+    from dflash_fi.errors import NoRecord
+
+    try:
+        return read()
+    except NoRecord as missing:
+        print(f"{what}: not recorded yet ({missing})")
+        return None
+
+
 def verdict(text: str, width: int = 110) -> None:
     """The sentence after a table or picture: 'What to see: ...', wrapped to the notebook's width."""
     import textwrap
@@ -155,46 +172,18 @@ def show(markdown: str) -> None:
     display(Markdown(markdown))
 
 
-def show_diff(diff: str) -> None:
-    """A unified diff, coloured as a diff in JupyterLab (a markdown `diff` block; plain text elsewhere)."""
-    show(f"```diff\n{diff}```")
-
-
-def show_engines(runs: list) -> None:
-    """The engines a live cell starts, as a reader would start each in a script of its own (one engine per
-    process: the plugin reads DFLASH_FI_STEP when vLLM starts)."""
-    from dflash_fi.engine.identity import label
-    from dflash_fi.engine.spec import engine_call
-    from dflash_fi.evidence.plan import live_spec
-
-    blocks = [f"# {label(run)}\n{engine_call(live_spec(run, LIVE_PROMPTS, LIVE_NEW_TOKENS))}" for run in runs]
-    show("```python\nimport os\nfrom vllm import LLM\n\n" + "\n\n".join(blocks) + "\n```")
-
-
-def step_map() -> str:
-    """Markdown: each step, what its hunks change, its notebook, and the command that runs its tests."""
-    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP
-    from dflash_fi.steps import STEPS, step_module, step_title
-
-    lines = ["| step | what it is | hunks (what each changes) | notebook | tests |", "|---|---|---|---|---|"]
-    for step in STEPS:
-        previous = step_module(step - 1).HUNKS if step else ()
-        hunks = "; ".join(h.why for h in step_module(step).HUNKS[len(previous):]) or "none: vLLM as shipped"
-        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
-                     f"`{NOTEBOOK_OF_STEP[step]}` | `pytest -m step{step}` |")
-    return "\n".join(lines)
-
-
 # Code, diffs, engine calls: HTML with inline styles (nbconvert and GitHub keep them) and text/plain for nbval.
-def show_hunks(step: int, only: list[int] | None = None, max_lines: int = 30) -> None:
-    """Step `step`'s hunks numbered `only` (1-based, as shown; default all), each under its `why`; one over
-    `max_lines` lines is cut, and says so."""
+def show_hunks(step: int, only: list[int] | None = None, max_lines: int | dict[int, int] = 30, context: int = 3,
+               joined: bool = False) -> None:
+    """Step `step`'s hunks numbered `only` (1-based, as shown; default all), each under its `why`, with `context`
+    unchanged lines around each change; one over `max_lines` lines (or {hunk: lines}) is cut, and says so. `joined`:
+    one box for all."""
     from IPython.display import display
 
     from dflash_fi.figures.listings import hunk_blocks
     from dflash_fi.lab.hunks import step_hunks
 
-    display(hunk_blocks(step, step_hunks(step), only, max_lines))
+    display(hunk_blocks(step, step_hunks(step, context), only, max_lines, joined))
 
 
 def show_step_diff(step: int) -> None:
@@ -217,6 +206,19 @@ def show_source(function, blocks: list[tuple[str, str]], mark: tuple[str, ...] =
     display(source_excerpt(function, blocks, mark))
 
 
+def show_flashinfer_source(path: str, start: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = ()) -> None:
+    """FlashInfer's C++ source `path` (under its installed include/ directory) from the line matching `start` on: that
+    line, and each block's lines, '...' between; lines matching `mark` stand out."""
+    from pathlib import Path
+
+    import flashinfer
+    from IPython.display import display
+
+    from dflash_fi.figures.listings import file_excerpt
+
+    display(file_excerpt(Path(flashinfer.__file__).parent / "data" / "include" / path, start, blocks, mark, "cpp"))
+
+
 def show_engine_calls(runs: list) -> None:
     """Engines as a reader would start them, one script each: the `LLM(...)` call they share, once, then a table of
     what each changes. `runs`: RunSpecs, or the walkthrough's RunIds (run at the live cells' size)."""
@@ -225,7 +227,7 @@ def show_engine_calls(runs: list) -> None:
     from dflash_fi.engine.identity import label
     from dflash_fi.engine.spec import SHOWN_ARGUMENTS, RunSpec, engine_arguments
     from dflash_fi.evidence.plan import live_spec
-    from dflash_fi.figures.listings import engine_calls
+    from dflash_fi.figures.engine_calls import engine_calls
     from dflash_fi.plugin import STEP_ENV
     from dflash_fi.stack import REPO_ROOT
 

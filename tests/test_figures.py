@@ -182,6 +182,39 @@ def test_kernel_times_show_both_kv_dtypes_and_six_distinct_kernels(drawn):
     assert all("no point: flashinfer-fa3" in ax.get_title() and len(ax.lines) == 5 for ax in fp8)
 
 
+def test_the_kernel_against_flash_attn_makes_flash_attn_the_line_that_stands_out(drawn):
+    from dflash_fi.bench.kernels import BATCHES
+    from dflash_fi.bench.results import kernel_ratios, latest_kernels
+
+    kernels = latest_kernels()
+    fig = figures.kernel_against_flash_attn(kernels, BATCHES)
+    drawn(fig)
+    assert_reads_well(fig)
+    for ax in fig.axes:
+        reference, *others = ax.lines
+        assert list(reference.get_ydata()) == [1.0, 1.0]
+        assert others and all(reference.get_linewidth() > 2 * line.get_linewidth() for line in others)
+        kv = ax.get_title().removesuffix(" KV cache")
+        drawn_points = sorted(y for line in others for y in line.get_ydata())
+        assert drawn_points == sorted(r["ratio"] for r in kernel_ratios(kernels, "dflash-fi-final", "vllm-flash-attn",
+                                                                         kv, batches=BATCHES))
+        assert {int(x) for line in others for x in line.get_xdata()} <= set(BATCHES)
+    assert "vLLM's FlashAttention" in legend_texts(fig)[0]
+
+
+def test_the_path_picture_gives_a_step_the_same_colour_whichever_steps_it_marks(drawn):
+    from dflash_fi.figures.path import LANDS, marks_of
+
+    def badge_colours(fig):
+        return {t.get_text().split(":")[0]: t.get_bbox_patch().get_facecolor() for t in fig.axes[0].texts
+                if t.get_text().startswith("step ") and t.get_bbox_patch() is not None}
+
+    every, later = figures.draft_layer_path(), figures.draft_layer_path(marks_of({s: LANDS[s] for s in (6, 7, 8)}))
+    drawn(every), drawn(later)
+    assert set(badge_colours(later)) == {"step 6", "step 7", "step 8"}
+    assert all(badge_colours(every)[step] == colour for step, colour in badge_colours(later).items())
+
+
 def test_the_benchmark_figures_still_write(tmp_path):
     from dflash_fi.bench.results import latest_kernels
     from dflash_fi.bench.turns import latest_turns

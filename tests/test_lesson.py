@@ -10,7 +10,7 @@ import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 PAIRS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
-LESSON = [p for p in PAIRS if p.stem[:2] in ("00", "01", "02", "03", "04", "05")]  # in reading order
+LESSON = PAIRS  # in reading order
 MAX_OUTPUT_LINES, MAX_TABLE_ROWS = 60, 15
 
 
@@ -68,7 +68,7 @@ def test_no_markdown_line_starts_with_a_number_sign_and_a_digit(script):
 
 
 def reading_order():
-    """(notebook, cell index, text a reader reads) across notebooks 00-05: markdown, code and the code's output
+    """(notebook, cell index, text a reader reads) across the notebooks: markdown, code and the code's output
     (the first cell's output, the machine banner, left out: it names the GPU's SM before any text does)."""
     for script in LESSON:
         nb = executed(script)
@@ -102,13 +102,14 @@ def test_flashinfer_kernels_and_vllm_flashattention_are_named_apart():
 
 
 def test_each_step_is_shown_hunk_by_hunk():
-    """The notebook of step N shows every hunk of step N with show_hunks, and says why after each call."""
-    from dflash_fi.evidence.notebooks import STEPS_OF_NOTEBOOK
+    """The notebook of step N (the first about it) shows every hunk of step N with show_hunks, and says why after each
+    call."""
+    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP, STEPS_OF_NOTEBOOK
     from dflash_fi.lab.hunks import step_hunks
 
     for script in LESSON:
         cells = jupytext.read(script).cells
-        for step in (s for s in STEPS_OF_NOTEBOOK[script.stem] if s > 0):
+        for step in (s for s in STEPS_OF_NOTEBOOK[script.stem] if s > 0 and NOTEBOOK_OF_STEP[s] == script.stem):
             shown = set()
             for i, cell in enumerate(cells):
                 for call in re.finditer(rf"show_hunks\({step}(?:, only=\[([\d, ]+)\])?", cell.source):
@@ -132,11 +133,12 @@ def test_no_wall_of_output_and_no_long_table_outside_the_appendix(script):
             assert len(table) - 2 <= MAX_TABLE_ROWS, f"{script.name} cell {i}: a table of {len(table) - 2} rows"
 
 
-def test_the_path_picture_places_every_hunk_of_steps_1_to_5():
+def test_the_path_picture_places_every_hunk_of_every_step():
     from dflash_fi.figures.path import LANDS, STAGES
     from dflash_fi.lab.hunks import step_hunks
+    from dflash_fi.steps import STEPS
 
-    assert sorted(LANDS) == [1, 2, 3, 4, 5]
+    assert sorted(LANDS) == [s for s in STEPS if s > 0]
     for step, stages in LANDS.items():
         assert len(stages) == len(step_hunks(step)), f"step {step}"
         assert set(stages) <= {key for key, *_ in STAGES}
@@ -158,7 +160,7 @@ def test_a_hunk_renders_as_coloured_monospace_html_with_a_text_fallback():
 
 
 def test_engine_calls_are_one_call_and_what_differs():
-    from dflash_fi.figures.listings import common_call
+    from dflash_fi.figures.engine_calls import common_call
 
     spec = {"method": "dflash", "model": "drafter", "attention_backend": "FLASHINFER"}
     base, differences = common_call({
@@ -183,3 +185,37 @@ def test_an_excerpt_keeps_the_signature_and_the_blocks_asked_for():
     text, marked = excerpt(source, [(r"b = ", r"c = ")])
     assert text.splitlines() == ["def f(x):", "    ...", "    b = 2", "    c = 3", "    ..."] and marked == [3]
     assert excerpt(source, [(r"b = ", r"c = ")], mark=(r"c = ",))[1] == [4]
+
+
+def test_a_file_excerpt_starts_where_asked_and_highlights_its_language(tmp_path):
+    from dflash_fi.figures.listings import file_excerpt
+
+    header = tmp_path / "site-packages" / "lib" / "scheduler.cuh"
+    header.parent.mkdir(parents=True)
+    header.write_text("// other\ninline auto f(int a) {\n  int b = a;\n  int c = b;\n  return c;\n}\n")
+    listing = file_excerpt(header, r"inline auto f", [(r"int c = ", r"int c = ")], language="cpp")
+    assert listing.text.splitlines() == ["lib/scheduler.cuh", "inline auto f(int a) {", "  ...", "  int c = b;", "  ..."]
+    assert "<pre" in listing.html and "background-color: #ffffcc" in listing.html  # the block's first line marked
+
+
+def test_hunks_joined_in_one_box_say_where_each_lands_on_its_heading_line():
+    from dflash_fi.figures.listings import hunk_blocks
+    from dflash_fi.lab.hunks import step_hunks
+
+    hunks = step_hunks(7, context=0)
+    assert all(line[:1] in "+-@" for h in hunks for line in h["diff"].splitlines()[2:])  # no unchanged lines
+    listing = hunk_blocks(7, hunks, only=[1, 6], max_lines={6: 1}, joined=True)
+    lines = listing.text.splitlines()
+    assert lines[0] == "step 7, hunk 1 of 11: the names the builder needs to look at its layers (line 27, in module level)"
+    assert lines[1] == "+    get_layers_from_vllm_config," and lines[2].startswith("step 7, hunk 6 of 11: ")
+    assert lines[3].startswith("+    def _compute_flashinfer_kv_metadata_from_bounds(")
+    assert lines[4].startswith("... ") and lines[4].endswith("the whole diff is in this notebook's appendix")
+    assert listing.html.count("<pre") == 1 and "font-size: 11px" in listing.html
+
+
+def test_a_long_table_folds_into_html_and_keeps_its_markdown_as_text():
+    from dflash_fi.figures.listings import folded_markdown
+
+    listing = folded_markdown("every kernel", "| a | b |\n|---|---|\n| 1 | 2 |")
+    assert listing.html.startswith("<details>") and "<td>2</td>" in listing.html and "every kernel" in listing.html
+    assert listing.text.splitlines() == ["every kernel", "| a | b |", "|---|---|", "| 1 | 2 |"]

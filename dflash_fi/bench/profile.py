@@ -64,20 +64,35 @@ def latest_profile(runs=None) -> dict:
     return {**newest.read(), "file": newest.path.name}
 
 
-def anatomy(profile: dict, batch: int, role: str = "draft step", top: int = 6) -> str:
-    """Markdown: for each profiled engine at this batch, where one metadata build of `role` spends its host time:
-    the `top` functions by own time, per build (file and line, so that each row points at code)."""
-    from dflash_fi.engine.identity import label
+def profile_batches(profile: dict) -> list[int]:
+    """The batches a build profile's engines decoded, in order."""
+    return sorted({e["spec"]["num_prompts"] for e in profile["engines"]})
+
+
+def anatomy_rows(profile: dict, batch: int, role: str = "draft step", top: int | None = 6) -> list[dict]:
+    """For each profiled engine at this batch, where one metadata build of `role` spends its host time: the `top`
+    functions by own time (all recorded: None), per build, with file and line."""
     from dflash_fi.engine.records import EngineRecord, Role
 
-    lines = ["| run | builder | function (file:line) | calls per build | own ms per build |", "|---|---|---|---|---|"]
+    rows = []
     for record in (EngineRecord.from_json(e) for e in profile["engines"]):
         if record.spec.num_prompts != batch or not record.ok:
             continue
         builds = {t.key: t.builds for g in record.generates.values() for t in g.builds}
         for p in (p for p in record.build_profiles if p.key.role is Role(role)):
             n = max(builds.get(p.key, 1), 1)
-            for f in p.functions[:top]:
-                lines.append(f"| {label(record.run)} | {p.key.backend} ({p.key.layers} layers) | `{f.function}` "
-                             f"({f.file}:{f.line}) | {f.calls / n:.1f} | {f.own_s * 1000 / n:.4f} |")
+            rows += [{"run": record.run, "key": p.key, "function": f.function, "file": f.file, "line": f.line,
+                      "calls_per_build": f.calls / n, "own_ms_per_build": f.own_s * 1000 / n}
+                     for f in p.functions[:top]]
+    return rows
+
+
+def anatomy(profile: dict, batch: int, role: str = "draft step", top: int = 6) -> str:
+    """Markdown of `anatomy_rows`: one row per function (file and line, so that each row points at code)."""
+    from dflash_fi.engine.identity import label
+
+    lines = ["| run | builder | function (file:line) | calls per build | own ms per build |", "|---|---|---|---|---|"]
+    lines += [f"| {label(r['run'])} | {r['key'].backend} ({r['key'].layers} layers) | `{r['function']}` "
+              f"({r['file']}:{r['line']}) | {r['calls_per_build']:.1f} | {r['own_ms_per_build']:.4f} |"
+              for r in anatomy_rows(profile, batch, role, top)]
     return "\n".join(lines)

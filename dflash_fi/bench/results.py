@@ -1,4 +1,4 @@
-"""The committed benchmark results files, and the kernel benchmark's summaries (README, notebook 06).
+"""The committed benchmark results files, and the kernel benchmark's summaries (README, notebook 07).
 
 The engine benchmark's summaries (engines in turns, pairs of rounds, the targets) are `dflash_fi.bench.turns`.
 """
@@ -24,13 +24,27 @@ def kernel_rows(results: dict) -> list[dict]:
     return [r for r in results["rows"] if "what" not in r]
 
 
-def build_summary(results: dict) -> str:
-    """Markdown: per KV dtype, batch and context, each builder's host ms per draft-step metadata build, the GPU idle
-    and busy (a build that waits for the GPU takes about the queued kernel's time when it is busy), and the final
-    FlashInfer draft's build against FLASH_ATTN's plus BUILD_TARGET_MS (issue #22's target), the GPU busy."""
-    from dflash_fi.bench.builds import BUILD_TARGET_MS, WHAT, builder_names
+def build_rows(results: dict, kv_dtypes: tuple[str, ...] | None = None) -> list[dict]:
+    """The host-build rows of a kernel results file (`dflash_fi.bench.builds`), of `kv_dtypes` (default all); NoRecord
+    for a file recorded before it had them."""
+    from dflash_fi.bench.builds import WHAT
+    from dflash_fi.errors import NoRecord
 
     rows = [r for r in results["rows"] if r.get("what") == WHAT]
+    if not rows:
+        raise NoRecord(f"{results.get('file', 'the kernel benchmark')} has no host-build rows: run `dflash-fi bench "
+                       "kernels --record` on a GPU")
+    return [r for r in rows if kv_dtypes is None or r["kv_dtype"] in kv_dtypes]
+
+
+def build_summary(results: dict, kv_dtypes: tuple[str, ...] | None = None) -> str:
+    """Markdown: per KV dtype (`kv_dtypes`, default all), batch and context, each builder's host ms per draft-step
+    metadata build, the GPU idle and busy (a build that waits for the GPU takes about the queued kernel's time when it
+    is busy), and the final FlashInfer draft's build against FLASH_ATTN's plus BUILD_TARGET_MS (issue #22's target),
+    the GPU busy. NoRecord without host-build rows."""
+    from dflash_fi.bench.builds import BUILD_TARGET_MS, builder_names
+
+    rows = build_rows(results, kv_dtypes)
     builders = list(dict.fromkeys(r["kernel"] for r in rows))
     _, final, flash_attn = builder_names()
     lines = ["| KV | batch x context | " + " | ".join(f"{b.removeprefix('build: ')}, ms idle / busy" for b in builders)
@@ -82,11 +96,26 @@ def kernel_summary(results: dict, heads=(32, 8)) -> str:
     return "\n".join(lines)
 
 
-def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8)) -> list[dict]:
-    """Per shape: the final FlashInfer kernel against what the FLASH_ATTN draft runs (vLLM's FlashAttention), and
-    step 6's CUDA-graph wrapper against the plain one (the same kernel, another grid)."""
-    rows = [r for r in kernel_rows(results)
-            if (r["num_qo_heads"], r["num_kv_heads"]) == heads and r["kv_dtype"] == kv_dtype]
+def kernel_ratios(results: dict, kernel: str, baseline: str, kv_dtype: str = "bf16", heads=(32, 8),
+                  batches: tuple[int, ...] | None = None) -> list[dict]:
+    """Per shape (`batches`, default all) where both ran: `kernel`'s median time over `baseline`'s."""
+    rows = [r for r in kernel_rows(results) if (r["num_qo_heads"], r["num_kv_heads"]) == heads
+            and r["kv_dtype"] == kv_dtype and (batches is None or r["batch"] in batches)]
+    out = []
+    for context in sorted({r["context"] for r in rows}):
+        for batch in sorted({r["batch"] for r in rows}):
+            where = dict(kv_dtype=kv_dtype, batch=batch, context=context)
+            ours, theirs = _median_ms(rows, kernel=kernel, **where), _median_ms(rows, kernel=baseline, **where)
+            if ours and theirs:
+                out.append({"batch": batch, "context": context, "ratio": ours / theirs})
+    return out
+
+
+def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8), batches: tuple[int, ...] | None = None) -> list[dict]:
+    """Per shape (`batches`, default all): the final FlashInfer kernel against what the FLASH_ATTN draft runs (vLLM's
+    FlashAttention), and step 6's CUDA-graph wrapper against the plain one (the same kernel, another grid)."""
+    rows = [r for r in kernel_rows(results) if (r["num_qo_heads"], r["num_kv_heads"]) == heads
+            and r["kv_dtype"] == kv_dtype and (batches is None or r["batch"] in batches)]
     out = []
     for context in sorted({r["context"] for r in rows}):
         for batch in sorted({r["batch"] for r in rows}):

@@ -2,13 +2,15 @@
 them: no stylesheet, no script), with the same text as `text/plain` for nbval and terminals.
 
     diff_block(diff, heading)      one unified diff (a hunk), added lines green, removed red, cut past max_lines
-    hunk_blocks(step, hunks)       a step's hunks (`dflash_fi.lab.hunks.step_hunks`), each under its why
-    code_block(code, heading)      Python source, highlighted by pygments; chosen lines marked
+    hunk_blocks(step, hunks)       a step's hunks (`dflash_fi.lab.hunks.step_hunks`), each under its why (or joined)
+    code_block(code, heading)      source highlighted by pygments (Python, or another language); chosen lines marked
     details_block(summary, body)   a collapsed <details> (the whole diff of a step, for whoever wants it)
+    folded_markdown(summary, md)   a long markdown table, folded the same way (an appendix)
     excerpt(source, blocks)        only the lines of a source a reader needs, '...' between them
-    common_call(calls)             what N engine calls share, and what each changes
+    file_excerpt(path, start, ...) the same of a file that is no Python module (FlashInfer's C++ headers)
     wrapped_lines()                a with-block whose printed lines are wrapped at words (a browser breaks mid-word)
-    engine_calls(calls, steps)     the shared `LLM(...)` call as a listing, and a markdown table of the rest
+
+Engine calls (one shared `LLM(...)` call and a table of what each engine changes) are `engine_calls.py`.
 
 Every function returns plain data (a `Listing`: html and text); nothing here displays or imports IPython.
 """
@@ -55,46 +57,79 @@ def diff_block(diff: str, heading: str | None = None, max_lines: int | None = MA
                more: str = "") -> Listing:
     """A unified diff (its ---/+++ lines dropped) with its lines coloured; past max_lines cut, and the note says
     how much and where the rest is (`more`)."""
-    lines = [line for line in diff.splitlines() if not line.startswith(("--- ", "+++ "))]
-    shown, note = cut(lines, max_lines)
-    note = f"{note}{': ' + more if note and more else ''}"
-    rows = []
-    for line in shown:
-        color = LINE_COLORS.get(line[:1])
-        style = f"display: block; background: {color}" if color else "display: block"
-        rows.append(f'<span style="{style}">{html.escape(line) or " "}</span>')
-    body = f'<pre style="{PRE}">' + "".join(rows) + "</pre>"
+    shown, note = _diff_lines(diff, max_lines, more)
+    body = f'<pre style="{PRE}">' + "".join(_row(line) for line in shown) + "</pre>"
     text = "\n".join([*([heading] if heading else []), *shown, *([note] if note else [])])
     return Listing(f"<div>{_heading(heading)}{body}{_note(note)}</div>", text)
 
 
+def _diff_lines(diff: str, max_lines: int | None, more: str) -> tuple[list[str], str]:
+    lines = [line for line in diff.splitlines() if not line.startswith(("--- ", "+++ "))]
+    shown, note = cut(lines, max_lines)
+    return shown, f"{note}{': ' + more if note and more else ''}"
+
+
+def _row(line: str, style: str = "") -> str:
+    color = LINE_COLORS.get(line[:1])
+    style = style or (f"background: {color}" if color else "")
+    return f'<span style="display: block; {style}">{html.escape(line) or " "}</span>'
+
+
+def joined_diffs(diffs: list[tuple[str, str, int | None]], more: str = "") -> Listing:
+    """Several (heading, diff, max_lines) in one box, each diff under its heading as a line of its own (with where
+    the diff's first @@ line says it lands), a little smaller: denser than a `diff_block` each, for a group of hunks."""
+    rows, text = [], []
+    for heading, diff, max_lines in diffs:
+        shown, note = _diff_lines(diff, max_lines and max_lines + 1, more)
+        if shown and shown[0].startswith("@@ "):  # where the hunk lands goes on its heading's line
+            heading, shown = f"{heading} ({shown[0][3:].split(' ', 1)[-1]})", shown[1:]
+        rows += [_row(heading, "font-weight: 600; background: #eaeef2"), *map(_row, shown)]
+        rows += [_row(note, "color: #57606a")] if note else []
+        text += [heading, *shown, *([note] if note else [])]
+    style = PRE.replace("font-size: 12px; line-height: 1.35", "font-size: 11px; line-height: 1.3")
+    return Listing(f'<pre style="{style}">' + "".join(rows) + "</pre>", "\n".join(text))
+
+
 def code_block(code: str, heading: str | None = None, marked: tuple[int, ...] = (), max_lines: int | None = None,
-               note: str = "") -> Listing:
-    """Python source, highlighted with inline styles; `marked` lines (1-based) on a yellow background."""
+               note: str = "", language: str = "python") -> Listing:
+    """Source (Python, or a pygments `language`), highlighted with inline styles; `marked` lines (1-based) on a
+    yellow background."""
     from pygments import highlight
     from pygments.formatters import HtmlFormatter
-    from pygments.lexers import PythonLexer
+    from pygments.lexers import get_lexer_by_name
 
     lines, cut_note = cut(code.rstrip("\n").splitlines(), max_lines)
     note = "; ".join(n for n in (cut_note, note) if n)
     formatter = HtmlFormatter(noclasses=True, nowrap=True, style="default", hl_lines=list(marked))
-    body = highlight("\n".join(lines) + "\n", PythonLexer(), formatter)
+    body = highlight("\n".join(lines) + "\n", get_lexer_by_name(language), formatter)
     text = "\n".join([*([heading] if heading else []), *lines, *([note] if note else [])])
     return Listing(f'<div>{_heading(heading)}<pre style="{PRE}">{body}</pre>{_note(note)}</div>', text)
 
 
 def hunk_blocks(step: int, hunks: list[dict], only: list[int] | None = None,
-                max_lines: int | None = MAX_LINES) -> Listing:
-    """The hunks numbered `only` (all by default), each under 'step N, hunk k of m: why'."""
-    return stack(*(diff_block(h["diff"], f"step {step}, hunk {h['number']} of {h['of']}: {h['why']}", max_lines,
-                              more="the whole diff is in this notebook's appendix")
-                   for h in hunks if not only or h["number"] in only))
+                max_lines: int | dict[int, int] | None = MAX_LINES, joined: bool = False) -> Listing:
+    """The hunks numbered `only` (all by default), each under 'step N, hunk k of m: why', cut past `max_lines` (or
+    past max_lines[k] for hunk k, all of a hunk it leaves out); `joined`: in one box."""
+    shown = [(f"step {step}, hunk {h['number']} of {h['of']}: {h['why']}", h["diff"],
+              max_lines.get(h["number"]) if isinstance(max_lines, dict) else max_lines)
+             for h in hunks if not only or h["number"] in only]
+    more = "the whole diff is in this notebook's appendix"
+    if joined:
+        return joined_diffs(shown, more)
+    return stack(*(diff_block(diff, heading, limit, more=more) for heading, diff, limit in shown))
 
 
 def details_block(summary: str, body: Listing) -> Listing:
     """`body` folded under `summary`: the HTML view opens it on a click; text shows only the summary."""
     return Listing(f'<details><summary style="cursor: pointer; {HEADING}">{html.escape(summary)}</summary>'
                    f"{body.html}</details>", f"{summary} (folded: open it in the HTML view)")
+
+
+def folded_markdown(summary: str, markdown: str) -> Listing:
+    """A long markdown table (an appendix's) as HTML folded under `summary`; its text is the markdown itself."""
+    import mistune  # nbconvert's markdown renderer, there wherever Jupyter is
+
+    return Listing(details_block(summary, Listing(mistune.html(markdown), "")).html, f"{summary}\n{markdown}")
 
 
 def folded_diff(summary: str, diff: str) -> Listing:
@@ -110,16 +145,30 @@ def source_excerpt(function, blocks: list[tuple[str, str]], mark: tuple[str, ...
     return code_block(code, f"{function.__module__}.{function.__qualname__}", tuple(marked))
 
 
+def file_excerpt(path, start: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = (),
+                 language: str = "python") -> Listing:
+    """`excerpt` of a file's text from the first line matching `start` (kept as the excerpt's first line), headed by
+    the file's path after site-packages."""
+    from pathlib import Path
+
+    lines = Path(path).read_text().splitlines()
+    first = next(i for i, line in enumerate(lines) if re.search(start, line))
+    code, marked = excerpt("\n".join(lines[first:]), blocks, mark, head=0)
+    return code_block(code, str(path).split("site-packages/")[-1], tuple(marked), language=language)
+
+
 def stack(*listings: Listing) -> Listing:
     return Listing("".join(x.html for x in listings), "\n\n".join(x.text for x in listings))
 
 
-def excerpt(source: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = ()) -> tuple[str, list[int]]:
-    """The `def` line of `source`, then the lines from each block's first regex to its last (inclusive), '...' where
-    lines are left out. Returns the text and the numbers (1-based) of its lines that match a regex of `mark` (by
-    default, each block's first line), for `code_block(marked=...)`."""
+def excerpt(source: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = (),
+            head: int | None = None) -> tuple[str, list[int]]:
+    """The `def` line of `source` (or line `head`), then the lines from each block's first regex to its last
+    (inclusive), '...' where lines are left out. Returns the text and the numbers (1-based) of its lines that match a
+    regex of `mark` (by default, each block's first line), for `code_block(marked=...)`."""
     lines = source.rstrip("\n").splitlines()
-    keep = {next((i for i, line in enumerate(lines) if line.lstrip().startswith(("def ", "async def "))), 0)}
+    keep = {head if head is not None else
+            next((i for i, line in enumerate(lines) if line.lstrip().startswith(("def ", "async def "))), 0)}
     firsts = set()
     for first, last in blocks:
         start = next(i for i, line in enumerate(lines) if re.search(first, line))
@@ -137,98 +186,6 @@ def excerpt(source: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = 
     if previous < len(lines) - 1:
         out.append(" " * (len(out[-1]) - len(out[-1].lstrip())) + "...")
     return "\n".join(out), marked
-
-
-_MISSING = object()
-
-
-@dataclass(frozen=True)
-class Difference:
-    """How one engine's call differs from the common one: an argument (a path through nested dicts) set to
-    another value, or left out (`absent`)."""
-
-    path: tuple[str, ...]
-    value: object = None
-    absent: bool = False
-
-    def __str__(self) -> str:  # rendered for the table, never read back
-        shown = self.path[0] + "".join(f"[{key!r}]" for key in self.path[1:])
-        return f"no {shown}" if self.absent else f"{shown}={self.value!r}"
-
-
-def common_call(calls: dict[str, dict]) -> tuple[dict, dict[str, list[Difference]]]:
-    """calls: engine name -> its keyword arguments (dicts nested). Returns the base arguments (each path at the
-    value most engines give it; left out where most leave it out) and, per engine, how it differs from the base."""
-    flat = {engine: _flatten(kwargs) for engine, kwargs in calls.items()}
-    paths = list(dict.fromkeys(p for f in flat.values() for p in f))
-    base = {}
-    for path in paths:
-        values = [f.get(path, _MISSING) for f in flat.values()]
-        best = max(values, key=lambda v: (sum(_same(v, w) for w in values), v is not _MISSING))
-        if best is not _MISSING:
-            base[path] = best
-    differences = {}
-    for engine, f in flat.items():
-        changed = [Difference(p, f[p]) for p in paths if p in f and not _same(f[p], base.get(p, _MISSING))]
-        absent = [p for p in base if p not in f]
-        # A whole argument left out (no speculation: no speculative_config) is named once.
-        whole = {p[0] for p in absent if not any(q[0] == p[0] for q in f)}
-        differences[engine] = changed + [Difference((h,), absent=True) for h in dict.fromkeys(p[0] for p in absent)
-                                         if h in whole]
-        differences[engine] += [Difference(p, absent=True) for p in absent if p[0] not in whole]
-    return _unflatten(base), differences
-
-
-def _same(a, b) -> bool:
-    return a is b if _MISSING in (a, b) else a == b
-
-
-def _flatten(kwargs: dict, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
-    flat = {}
-    for key, value in kwargs.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, (*prefix, key)))
-        else:
-            flat[(*prefix, key)] = value
-    return flat
-
-
-def _unflatten(flat: dict) -> dict:
-    out: dict = {}
-    for (*parents, leaf), value in flat.items():
-        node = out
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = value
-    return out
-
-
-def engine_calls(calls: dict[str, dict], steps: dict[str, int], env: str, order: tuple[str, ...],
-                 root=None) -> tuple[Listing, str]:
-    """calls: engine name -> its `LLM(**kwargs)`; steps: engine name -> the step `env` selects. The call all share
-    (arguments in `order`, paths under `root` shown relative to it) as a listing, and a markdown table: each engine,
-    its step, what it changes."""
-    def relative(value):  # the same text on every machine
-        if isinstance(value, dict):
-            return {k: relative(v) for k, v in value.items()}
-        return value.removeprefix(f"{root}/") if root and isinstance(value, str) else value
-
-    base, differences = common_call({name: relative(kwargs) for name, kwargs in calls.items()})
-    lines = ["import os", "from vllm import LLM", "",
-             f"os.environ[{env!r}] = step  # FLASHINFER's step: the table's column 'step' (0: vLLM's own)",
-             "llm = LLM(", *(f"    {name}={_argument(base[name])}," for name in order if name in base), ")"]
-    table = ["| engine | step | what it changes in the call above |", "|---|---|---|"]
-    table += [f"| {name} | {steps[name]} | " + ("; ".join(f"`{d}`" for d in differences[name]) or "nothing") + " |"
-              for name in calls]
-    return code_block("\n".join(lines), f"The call every engine below makes ({len(calls)} engines, one process "
-                      "each)"), "\n".join(table)
-
-
-def _argument(value) -> str:
-    """repr, a dict one key a line when it would not fit on one."""
-    if not isinstance(value, dict) or len(repr(value)) < 70:
-        return repr(value)
-    return "{\n" + "".join(f"        {k!r}: {v!r},\n" for k, v in value.items()) + "    }"
 
 
 @contextmanager

@@ -1,5 +1,5 @@
 """The path a DFlash draft layer's attention takes through vLLM's FlashInfer backend, and where each step's hunks
-land on it (notebook 01 draws it; later notebooks refer back to it, or draw it again with their steps marked).
+land on it (notebook 01 draws it; later notebooks refer back to it, or draw it again with their steps highlighted).
 
     start-up, once:      selector -> the builder's CUDA-graph claim
     every decoding step: the metadata builder's build() (decode/prefill split) -> the wrapper's plan() -> run(),
@@ -24,14 +24,18 @@ STAGES = (
     ("run", "wrapper run()", "FlashInferImpl.forward()\nlaunches the planned\nkernel", "every step, every layer"),
     ("kernel", "kernel", "FlashInfer's fa2 or fa3,\nor TRTLLM (Blackwell)", "GPU"),
 )
-# Where each hunk of steps 1-5 lands, in the order of the step's hunks (tests/test_lesson.py checks the counts
-# against the steps). Later notebooks pass their own steps' marks to `draft_layer_path`.
+# Where each hunk of each step lands, in the order of the step's hunks (tests/test_lesson.py checks the counts
+# against the steps). Step 8's Triton kernel writes the page table from inside build(): build()'s, not the attention
+# kernel's.
 LANDS = {
     1: ("select",),
     2: ("build", "build", "build"),
     3: ("plan", "plan", "build", "plan", "plan", "run"),
     4: ("build", "build"),
     5: ("kernel", "kernel", "claim"),
+    6: ("plan", "plan", "claim", "build", "build"),
+    7: ("build", "build", "build", "build", "build", "plan", "build", "plan", "plan", "plan", "run"),
+    8: ("plan", "build", "build", "plan", "build"),
 }
 
 
@@ -44,7 +48,7 @@ def draft_layer_path(marks: dict[int, dict[str, int]] | None = None, highlight: 
                      title: str = "A DFlash draft layer's path through vLLM's FlashInfer backend, and where each "
                                   "step's hunks land"):
     """The stages as boxes, in order, with one badge per step whose hunks land there ('step 3: 4 hunks'). `marks`:
-    step -> {stage key: hunks}, default steps 1-5 (`LANDS`); `highlight`: steps drawn strong, the others faint
+    step -> {stage key: hunks}, default every step (`LANDS`); `highlight`: steps drawn strong, the others faint
     (empty: all strong)."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
@@ -55,7 +59,7 @@ def draft_layer_path(marks: dict[int, dict[str, int]] | None = None, highlight: 
     rows = max(1, max(map(len, badges.values())))
     width, box_w, box_h, gap = len(STAGES), 0.86, 1.3, 0.14
     fig, ax = plt.subplots(figsize=(12, 2.6 + 0.25 * rows), layout="constrained")
-    colors = {step: SERIES_COLORS[i % len(SERIES_COLORS)] for i, step in enumerate(sorted(marks))}
+    colors = {step: SERIES_COLORS[(step - 1) % len(SERIES_COLORS)] for step in marks}  # a step's colour everywhere
     for x, (key, name, what, when) in enumerate(STAGES):
         ax.add_patch(FancyBboxPatch((x + gap / 2, 0), box_w, box_h, boxstyle="round,pad=0.02", fc="#f6f8fa",
                                     ec="#57606a", lw=1.2))
@@ -84,7 +88,7 @@ def draft_layer_path(marks: dict[int, dict[str, int]] | None = None, highlight: 
 
 
 def write_path_figure(out_dir: Path | None = None) -> Path:
-    """docs/figures/draft-layer-path.svg (`dflash-fi figures`), steps 1-5 marked: stable ids, so the same file."""
+    """docs/figures/draft-layer-path.svg (`dflash-fi figures`), every step marked: stable ids, so the same file."""
     from dflash_fi.figures.benchmarks import FIGURES_DIR
 
     path = Path(out_dir or FIGURES_DIR) / "draft-layer-path.svg"

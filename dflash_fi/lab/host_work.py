@@ -7,7 +7,8 @@ DFlash's FlashInfer draft layers are a group of their own: the runner hands thei
 real builder (`RoutingLab`) gets the target batches the runner would give it, and a draft batch as DFlash
 builds it (no host copy of the sequence lengths, only an upper bound). On a GPU, `bound_planning_errors` runs
 step 7's real builder and FlashInfer's real kernel, planned from the bounds and from the exact lengths, and
-`plan_reuse_errors` runs step 8's through a decode's draft steps, its plan reused while the batch's shape holds.
+`plan_reuse_errors` runs step 8's through a decode's draft steps, its plan reused while the batch's shape holds
+(`plans_over_draft_steps`: the same draft steps on the CPU, plan() counted at any step).
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def bound_planning_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[d
                          "exact_vs_reference": (from_exact - ref).abs().max().item()})
     return rows
 
+# Where the host side of FlashInfer's fa2 plan() reads the KV lengths, and what split KV off makes of them: the file
+# under FlashInfer's include/, its function's first line, the blocks of lines to show, the lines that stand out.
+FA2_SCHEDULE_EXCERPT = ("flashinfer/attention/scheduler.cuh", r"inline auto PrefillSplitQOKVIndptr\(",
+                        [(r"kv_len_arr\[i\] = ", r"kv_len_arr\[i\] = "), (r"if \(disable_split_kv\)", r"numeric_limits"),
+                         (r"int64_t kv_len = ", r"num_chunks_kv = ")], (r"numeric_limits", r"num_chunks_kv = "))
+
 
 class DraftStep(NamedTuple):
     batch: Batch
@@ -131,6 +138,45 @@ PLAN_REUSE_STEPS = (
     *(DraftStep(_draft(_LONG, Q * k, k), k == 0) for k in range(3)),
     *(DraftStep(_draft(_LONG[1:], Q * k, k), k == 3) for k in range(3, 5)),
 )
+
+
+def exact_page_table(cad) -> tuple[list[int], list[int], list[int]]:
+    """FlashInfer's paged_kv_indptr, paged_kv_last_page_len and paged_kv_indices of a batch's exact lengths."""
+    lengths = cad.seq_lens.tolist()
+    pages = [-(-n // KV_PAGE_SIZE) for n in lengths]
+    indptr = [0]
+    for n in pages:
+        indptr.append(indptr[-1] + n)
+    return (indptr, [(n - 1) % KV_PAGE_SIZE + 1 if n else 0 for n in lengths],
+            [int(p) for r, n in enumerate(pages) for p in cad.block_table_tensor[r, :n]])
+
+
+def plans_over_draft_steps(step: int, steps=PLAN_REUSE_STEPS, capability=HOPPER) -> list[dict]:
+    """CPU. One decode's draft steps (`steps`) through step `step`'s real builder, wrappers doubles (step 8's page-table
+    kernel runs under Triton's interpreter). Per draft step: the plan() calls its build made, whether it copied
+    seq_lens from the GPU, the launches of step 8's page-table kernel (None before step 8), and whether the page table
+    the wrapper's run() reads is the exact lengths'."""
+    from vllm.config import set_current_vllm_config
+
+    rows = []
+    with RoutingLab(step, capability) as lab:
+        builder, _, config = lab.builders["draft"]
+        kernel = getattr(lab.module, "_fill_paged_kv_kernel", None)
+        for index, draft in enumerate(steps):
+            cad = common_metadata(draft.batch)
+            wrapper = builder._noncausal_prefill_wrapper
+            plans, launches = len(wrapper.plans) if wrapper else 0, len(kernel.launches) if kernel else 0
+            with set_current_vllm_config(config):
+                wrapper = builder.build(0, cad).prefill.wrapper
+            n = cad.num_reqs
+            indptr = wrapper._paged_kv_indptr_buf[: n + 1].tolist()
+            read = (indptr, wrapper._paged_kv_last_page_len_buf[:n].tolist(),
+                    wrapper._paged_kv_indices_buf[: indptr[-1]].tolist())
+            rows.append({"draft_step": index, "batch": draft.batch.name, "new_shape": draft.new_shape,
+                         "plans": len(wrapper.plans) - plans, "copied_from_gpu": cad._seq_lens_cpu is not None,
+                         "page_table_launches": len(kernel.launches) - launches if kernel else None,
+                         "reads_exact_page_table": read == exact_page_table(cad)})
+    return rows
 
 
 def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 
 
-def step_hunks(step: int) -> list[dict]:
-    """Step `step`'s own hunks, in order: number (1-based), why, and its diff, whose @@ lines say where it lands."""
+def step_hunks(step: int, context: int = 3) -> list[dict]:
+    """Step `step`'s own hunks, in order: number (1-based), why, and its diff (`context` unchanged lines around each
+    change), whose @@ lines say where it lands."""
     from dflash_fi.steps import step_module
     from dflash_fi.steps.patching import apply_hunks, stock_source, unified_diff
 
@@ -19,7 +20,8 @@ def step_hunks(step: int) -> list[dict]:
     shown = []
     for k in range(first, len(hunks)):
         before, after = apply_hunks(stock, hunks[:k]), apply_hunks(stock, hunks[:k + 1])
-        diff = located(unified_diff(before, after, "a/flashinfer.py", "b/flashinfer.py"), after, "flashinfer.py")
+        diff = located(unified_diff(before, after, "a/flashinfer.py", "b/flashinfer.py", context), after,
+                       "flashinfer.py")
         shown.append({"number": k - first + 1, "of": len(hunks) - first, "why": hunks[k].why, "diff": diff})
     return shown
 

@@ -8,7 +8,8 @@ import pytest
 
 from dflash_fi.bench.e2e import e2e_plan, flash_attn_draft, flashinfer_draft, write_shape_models
 from dflash_fi.bench.stats import AtLeast, AtMost, Verdict, difference_estimate, ratio_estimate
-from dflash_fi.bench.turns import Turns, build_table, ratio, targets, targets_table, turns_of, turns_table
+from dflash_fi.bench.turns import (Turns, build_table, builds_per_step, ratio, targets, targets_table, turns_of,
+                                   turns_table)
 from dflash_fi.engine.identity import Pair, RunId
 from dflash_fi.engine.records import (BatchRun, BuildKey, BuildTiming, EngineRecord, GenerateResult, Phase,
                                       Provenance, Round, StepTimes)
@@ -119,6 +120,20 @@ def test_the_targets_read_the_results_file_as_written():
     again = turns_of(json.loads(json.dumps(data)), "f.json")
     assert [t.verdict for t in targets(again)] == [t.verdict for t in targets(slow)]
     table = targets_table(slow)
-    assert "| embedded, 8 | at least 0.97x" in table and "| missed |" in table
+    assert "| embedded, 8 | tokens/s at least 0.97x (low end 0.95x) |" in table and "| missed |" in table
+    assert "| embedded, 1 | host build per step at most +0.05 ms |" in table
     assert "(1.0%)" in turns_table(good, Pair.EMBEDDED)  # the A/A engine moves 1% between rounds
     assert "| draft step, FLASHINFER (2 layers) | 1.00 | 0.010 | 2.000 |" in build_table(good, Pair.EMBEDDED, 1)
+
+
+def test_builds_per_step_name_the_runners_builders_first_then_the_drafters():
+    runner, drafter = BuildKey("target step", "FLASH_ATTN", 4), BuildKey("draft step", "FLASHINFER", 2)
+    result = GenerateResult(num_requests=1, generate_s=1.0, output_tokens_per_s=100.0, steps=50.0, tokens_sha256="x",
+                            step_times=StepTimes(50, 2.0, 2.0, 2.0),
+                            builds=(BuildTiming(drafter, 50, 0.01, 16, 0), BuildTiming(runner, 100, 0.02, 16, 0)))
+    run = flashinfer_draft(Pair.EMBEDDED)
+    rounds = tuple(Round(i, (BatchRun(1, (result,)),)) for i in (1, 2))
+    record = EngineRecord(RunSpec(run, num_prompts=1, bench=BenchPlan((1,))), True, rounds=rounds)
+    t = Turns({run: record}, 1, "f.json", "GPU", "9.0", "abc", "now")
+    assert builds_per_step(t, run, 1) == {runner: (2.0, pytest.approx(0.4)), drafter: (1.0, pytest.approx(0.2))}
+    assert build_table(t, Pair.EMBEDDED, 1, runs=[run]).count("\n") == 3

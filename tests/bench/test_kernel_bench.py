@@ -9,7 +9,7 @@ import torch
 
 from dflash_fi.bench.builds import WHAT, build_row, builder_names, count_plans, draft_builders
 from dflash_fi.bench.kernels import KERNELS, format_row, max_abs_err
-from dflash_fi.bench.results import ROW_KEYS, build_summary, kernel_pivot, kernel_summary
+from dflash_fi.bench.results import ROW_KEYS, build_rows, build_summary, kernel_pivot, kernel_ratios, kernel_summary
 from dflash_fi.steps import FINAL_STEP
 
 
@@ -47,6 +47,24 @@ def test_host_build_rows_sit_beside_the_kernel_rows_without_disturbing_their_rea
     assert build_summary({"rows": slow}).splitlines()[-1].endswith("| +6.400 ms, **no** |")
     assert all(r["what"] == WHAT for r in builds) and names == [
         "build: step 7 FLASHINFER draft", f"build: step {FINAL_STEP} FLASHINFER draft", "build: FLASH_ATTN draft"]
+
+
+def test_a_file_without_host_build_rows_says_so_and_the_short_pivot_keeps_the_batches_asked_for():
+    from dflash_fi.errors import NoRecord
+
+    kernels = [kernel_row(k, batch=b, median_ms=0.01 * b * (2 if k == "dflash-fi-final" else 1))
+               for k in KERNELS for b in (1, 4, 8)]
+    with pytest.raises(NoRecord, match="no host-build rows"):
+        build_rows({"rows": kernels, "file": "old.json"})
+    with pytest.raises(NoRecord):
+        build_summary({"rows": kernels})
+    assert [p["batch"] for p in kernel_pivot({"rows": kernels}, batches=(1, 8))] == [1, 8]
+    ratios = kernel_ratios({"rows": kernels}, "dflash-fi-final", "vllm-flash-attn", batches=(4,))
+    assert ratios == [{"batch": 4, "context": 512, "ratio": pytest.approx(2.0)}]
+    builds = [build_row(name, kv, 4, 512, (32, 8), 0.5, 0.6, builds=106, plans=0)
+              for name in builder_names() for kv in ("auto", "fp8")]
+    assert {r["kv_dtype"] for r in build_rows({"rows": kernels + builds}, ("bf16",))} == {"bf16"}
+    assert build_summary({"rows": builds}, ("fp8-e4m3",)).count("\n") == 2  # header, separator, one shape
 
 
 @pytest.mark.step7

@@ -1,6 +1,6 @@
 """The build profile's plan and its anatomy table (the profiles themselves exist only on a GPU)."""
 
-from dflash_fi.bench.profile import BATCHES, anatomy, profile_plan
+from dflash_fi.bench.profile import BATCHES, anatomy, anatomy_rows, profile_batches, profile_plan
 from dflash_fi.engine.identity import RunId
 from dflash_fi.engine.records import (BuildKey, BuildProfile, BuildTiming, EngineRecord, GenerateResult,
                                       ProfiledFunction, Provenance)
@@ -28,3 +28,7 @@ def test_the_anatomy_is_per_build_and_points_at_code():
     table = anatomy({"engines": [record.to_json()]}, batch=32)
     assert "| step 7 FLASHINFER draft, CUDA graphs | FLASHINFER (2 layers) | `plan` (flashinfer/prefill.py:1500) | 1.0 | 0.5000 |" in table
     assert anatomy({"engines": [record.to_json()]}, batch=1).count("\n") == 1  # no engine of that batch: no rows
+    assert profile_batches({"engines": [record.to_json()]}) == [32]
+    rows = anatomy_rows({"engines": [record.to_json()]}, batch=32, top=None)
+    assert [(r["function"], r["calls_per_build"]) for r in rows] == [("plan", 1.0), ("floor_divide", 1.0)]
+    assert rows[0]["run"] == record.run and rows[0]["key"] == key and rows[0]["own_ms_per_build"] == 0.5

@@ -73,3 +73,39 @@ def test_unread_metadata_fails_loudly_if_a_forward_ever_reads_it():
         cache = torch.zeros(8, 2, 16, kv_heads, head_dim, dtype=torch.bfloat16)
         with set_current_vllm_config(config), pytest.raises(AssertionError, match="is never planned and must not be read"):
             layer.impl.forward(layer, q, kv, kv, cache, md, torch.empty_like(q))
+
+
+@pytest.mark.step8
+def test_over_a_decodes_draft_steps_only_step_8_plans_once_per_shape():
+    from dflash_fi.lab.host_work import PLAN_REUSE_STEPS, plans_over_draft_steps
+
+    six, seven, eight = (plans_over_draft_steps(step) for step in (6, 7, 8))
+    assert all(r["plans"] == 1 for r in six + seven)
+    assert [r["plans"] for r in eight] == [int(s.new_shape) for s in PLAN_REUSE_STEPS] and 0 in [r["plans"] for r in eight]
+    assert all(r["copied_from_gpu"] for r in six) and not any(r["copied_from_gpu"] for r in seven + eight)
+    assert [r["page_table_launches"] for r in eight] == [1] * len(PLAN_REUSE_STEPS)
+    assert all(r["page_table_launches"] is None for r in six + seven)
+    assert all(r["reads_exact_page_table"] for r in six + seven + eight)
+
+
+def test_the_host_work_tables_show_what_the_lab_returned():
+    from dflash_fi.lab.host_tables import (bound_planning_table, draft_build_table, plan_reuse_table, plans_table,
+                                           runner_table)
+
+    built = {6: {"copied_from_gpu": True, "planned_indptr": [0, 4], "kernel_indptr": [0, 4], "max_token_per_sequence":
+                 None, "disable_split_kv": False},
+             7: {"copied_from_gpu": False, "planned_indptr": [0, 5], "kernel_indptr": [0, 4], "max_token_per_sequence":
+                 16, "disable_split_kv": True}}
+    assert "| `seq_lens` copied from the GPU (waits for it) | True | False |" in draft_build_table(built)
+    runner = {s: [{"batch": "decode", "planned": s == 6}, {"batch": "verify", "planned": s == 6}] for s in (6, 7)}
+    assert runner_table(runner).splitlines()[2:] == ["| decode | True | False |", "| verify | True | False |"]
+    over = {8: [{"plans": 1, "copied_from_gpu": False, "page_table_launches": 1, "reads_exact_page_table": True},
+                {"plans": 0, "copied_from_gpu": False, "page_table_launches": 1, "reads_exact_page_table": True}]}
+    assert "| `plan()` calls | 1 |" in plans_table(over) and "| launches of step 8's page-table kernel | 2 |" in plans_table(over)
+    bounded = [{"batch": b, "kv_dtype": kv, "copied_from_gpu": False, "bounds_vs_exact": e, "bounds_vs_reference": 2e-3,
+                "exact_vs_reference": 2e-3} for kv in ("auto", "fp8") for b, e in (("a", 1e-4), ("b", 3e-4))]
+    assert bound_planning_table(bounded).splitlines()[2:] == ["| auto | 2 | 0 | 3.0e-04 | 2.0e-03 | 2.0e-03 |",
+                                                              "| fp8 | 2 | 0 | 3.0e-04 | 2.0e-03 | 2.0e-03 |"]
+    reused = {"auto": [{"planned": p, "new_shape": p, "page_table_exact": True, "reused_vs_fresh_unsplit": 0.0,
+                        "reused_vs_reference": 1e-3, "fresh_vs_reference": 2e-3} for p in (1, 0, 0)]}
+    assert plan_reuse_table(reused).splitlines()[2] == "| auto | 3 | 1 (1) | 3 | 0.0e+00 | 1.0e-03 | 2.0e-03 |"
