@@ -57,6 +57,13 @@ _MEASURES = (
     Term("the mixed workload", (r"mixed workload",), "prompts of many lengths with many `max_tokens`, more requests "
          "than `max_num_seqs`: prefills run beside decodes and batches change shape. The walkthrough runs it "
          "(README, its mixed-batch table); no notebook does."),
+    Term("split KV", (r"split KV",), "FlashInfer cutting one request's KV into chunks that different thread blocks "
+         "attend to, their partial outputs merged after: how `plan()` spreads a few long requests over the GPU. "
+         "`disable_split_kv=True` keeps each request whole."),
+    Term("95% interval, A/A pair", (r"95% interval", r"A/A pair"), "how the benchmark states a comparison of two "
+         "engines over paired rounds: the estimate, and the range that 95% of bootstrap resamples of the rounds give. "
+         "An A/A pair, two engines of the same configuration, shows how wide that range is when nothing differs; a "
+         "target is met or missed when the whole range is on one side of it, unresolved when it straddles it."),
     Term("#48167 (a bare number)", (r"(?<!PR )#\d{4,}",), "a vLLM pull request (PR) by its number on GitHub, "
          "vllm-project/vllm: PR #43081 is the change this tutorial rebuilds (steps 1-4); #48167 is upstream's later "
          "fix of FlashInfer's CUDA-graph claim (step 5)."),
