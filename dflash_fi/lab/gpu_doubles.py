@@ -150,13 +150,29 @@ class TritonInterpreted:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
+            from triton.runtime import interpreter
+
             self.launches.append((grid, args, kwargs))
             with ExitStack() as stack:
                 for name, interpreted in self._library.items():
                     stack.enter_context(mock.patch.object(self._tl, name, interpreted))
+                stack.enter_context(mock.patch.object(interpreter, "_patch_lang", _scalar_index(interpreter._patch_lang)))
                 self._kernel[grid](*args, **kwargs)
 
         return launch
+
+
+def _scalar_index(patch_lang):
+    """Triton's interpreter holds a scalar (a program id, a loaded length) as a one-element array and turns it into
+    an int (a loop bound) with `int(array)`, which NumPy refuses for arrays of one dimension from 2.4 on (a
+    deprecation before): the same int, taken from the array's one element."""
+    def patched(fn):
+        import triton.language as tl
+
+        scope = patch_lang(fn)
+        scope.set_attr(tl.tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+        return scope
+    return patched
 
 
 @contextmanager

@@ -230,3 +230,13 @@ def test_flashinfers_fa2_run_never_hands_its_kernel_the_kv_lens_buffer():
     trtllm = paged_run[paged_run.index('if backend == "trtllm-gen":'):paged_run.index('elif backend == "fa2":')]
     fa2 = paged_run[paged_run.index('elif backend == "fa2":'):paged_run.index("else:", paged_run.index('"fa2"'))]
     assert "kv_lens_buffer" in trtllm and "kv_lens_buffer" not in fa2
+
+
+@pytest.mark.filterwarnings("error:Conversion of an array with ndim > 0 to a scalar:DeprecationWarning")
+def test_the_interpreted_page_table_kernel_runs_where_numpy_refuses_one_element_arrays_as_ints():
+    """NumPy 2.4 refuses `int(array of one element)`, which Triton's interpreter uses for loop bounds: the GPU machine's
+    NumPy stopped the walkthrough's CPU section there. Here NumPy's own deprecation of it is an error, as it is there."""
+    from dflash_fi.lab.routing import routing_report
+
+    draft = routing_report(8)["batches"][0]
+    assert draft["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and draft["dflash_check_passed"]
