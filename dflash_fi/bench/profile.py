@@ -81,10 +81,18 @@ def anatomy_rows(profile: dict, batch: int, role: str = "draft step", top: int |
         builds = {t.key: t.builds for g in record.generates.values() for t in g.builds}
         for p in (p for p in record.build_profiles if p.key.role is Role(role)):
             n = max(builds.get(p.key, 1), 1)
-            rows += [{"run": record.run, "key": p.key, "function": f.function, "file": f.file, "line": f.line,
+            rows += [{"run": record.run, "key": p.key, "function": f.function, "file": _importable(f.file), "line": f.line,
                       "calls_per_build": f.calls / n, "own_ms_per_build": f.own_s * 1000 / n}
                      for f in p.functions[:top]]
     return rows
+
+
+def _importable(file: str) -> str:
+    """A profiled file as its package's path (`flashinfer/prefill.py`), wherever the machine installed it (profiles
+    recorded before the engine shortened paths itself keep the install folder, e.g. `/tmp/site/`)."""
+    import re
+
+    return re.sub(r"^.*/(?:site-packages|site)/", "", file)
 
 
 def anatomy(profile: dict, batch: int, role: str = "draft step", top: int = 6) -> str:

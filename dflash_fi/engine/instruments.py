@@ -129,6 +129,12 @@ def step_times(worker, install: bool = False) -> list[float]:
     return intervals
 
 
+def _importable(file: str) -> str:
+    """A source file as its package's path (`flashinfer/prefill.py`): relative to the sys.path entry holding it."""
+    roots = [p for p in sys.path if p and file.startswith(p.rstrip("/") + "/")]
+    return file[len(max(roots, key=len).rstrip("/")) + 1:] if roots else file
+
+
 def build_profiles(worker, top: int = 20) -> list[dict]:
     """Where the profiled builds spent their time: per builder, its builds and the `top` functions by own time
     ({"function", "file", "line", "calls", "own_s", "cumulative_s"}; files shortened after site-packages)."""
@@ -138,7 +144,7 @@ def build_profiles(worker, top: int = 20) -> list[dict]:
         rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
         out.append({"key": {"role": role, "backend": backend, "layers": layers},
                     "total_s": sum(v[2] for v in stats.values()),
-                    "functions": [{"function": func, "file": file.split("site-packages/")[-1], "line": line,
+                    "functions": [{"function": func, "file": _importable(file), "line": line,
                                    "calls": calls, "own_s": own, "cumulative_s": cumulative}
                                   for (file, line, func), (_, calls, own, cumulative, _) in rows]})
     return out
