@@ -244,4 +244,6 @@ check(f"these {len(ran)} walkthrough checks pass", bool(ran) and all(c.passed fo
 # %% tags=["appendix"]
 from dflash_fi.notebook import show_step_diff
 
-show_step_diff(6), show_step_diff(7), show_step_diff(8);
+show_step_diff(6)
+show_step_diff(7)
+show_step_diff(8)
