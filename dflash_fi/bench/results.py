@@ -96,35 +96,36 @@ def kernel_summary(results: dict, heads=(32, 8)) -> str:
     return "\n".join(lines)
 
 
+def _shapes(results: dict, kv_dtype: str, heads, batches):
+    """(rows, where) per shape of one KV dtype and head count (`batches`, default all), contexts then batches."""
+    rows = [r for r in kernel_rows(results) if (r["num_qo_heads"], r["num_kv_heads"]) == heads
+            and r["kv_dtype"] == kv_dtype and (batches is None or r["batch"] in batches)]
+    for context in sorted({r["context"] for r in rows}):
+        for batch in sorted({r["batch"] for r in rows}):
+            yield rows, dict(kv_dtype=kv_dtype, batch=batch, context=context)
+
+
 def kernel_ratios(results: dict, kernel: str, baseline: str, kv_dtype: str = "bf16", heads=(32, 8),
                   batches: tuple[int, ...] | None = None) -> list[dict]:
     """Per shape (`batches`, default all) where both ran: `kernel`'s median time over `baseline`'s."""
-    rows = [r for r in kernel_rows(results) if (r["num_qo_heads"], r["num_kv_heads"]) == heads
-            and r["kv_dtype"] == kv_dtype and (batches is None or r["batch"] in batches)]
     out = []
-    for context in sorted({r["context"] for r in rows}):
-        for batch in sorted({r["batch"] for r in rows}):
-            where = dict(kv_dtype=kv_dtype, batch=batch, context=context)
-            ours, theirs = _median_ms(rows, kernel=kernel, **where), _median_ms(rows, kernel=baseline, **where)
-            if ours and theirs:
-                out.append({"batch": batch, "context": context, "ratio": ours / theirs})
+    for rows, where in _shapes(results, kv_dtype, heads, batches):
+        ours, theirs = _median_ms(rows, kernel=kernel, **where), _median_ms(rows, kernel=baseline, **where)
+        if ours and theirs:
+            out.append({"batch": where["batch"], "context": where["context"], "ratio": ours / theirs})
     return out
 
 
 def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8), batches: tuple[int, ...] | None = None) -> list[dict]:
     """Per shape (`batches`, default all): the final FlashInfer kernel against what the FLASH_ATTN draft runs (vLLM's
     FlashAttention), and step 6's CUDA-graph wrapper against the plain one (the same kernel, another grid)."""
-    rows = [r for r in kernel_rows(results) if (r["num_qo_heads"], r["num_kv_heads"]) == heads
-            and r["kv_dtype"] == kv_dtype and (batches is None or r["batch"] in batches)]
     out = []
-    for context in sorted({r["context"] for r in rows}):
-        for batch in sorted({r["batch"] for r in rows}):
-            where = dict(kv_dtype=kv_dtype, batch=batch, context=context)
-            final, fa, graph = (_median_ms(rows, kernel=k, **where)
-                                for k in ("dflash-fi-final", "vllm-flash-attn", "dflash-fi-final-graph"))
-            if final and fa:
-                out.append({"batch": batch, "context": context, "final_ms": final, "flash_attn_ms": fa,
-                            "final_over_flash_attn": final / fa, "graph_over_final": graph / final if graph else None})
+    for rows, where in _shapes(results, kv_dtype, heads, batches):
+        final, fa, graph = (_median_ms(rows, kernel=k, **where)
+                            for k in ("dflash-fi-final", "vllm-flash-attn", "dflash-fi-final-graph"))
+        if final and fa:
+            out.append({"batch": where["batch"], "context": where["context"], "final_ms": final, "flash_attn_ms": fa,
+                        "final_over_flash_attn": final / fa, "graph_over_final": graph / final if graph else None})
     return out
 
 
