@@ -14,6 +14,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from dflash_fi.evidence.notebooks import lesson_map  # noqa: F401 (notebook 00 imports it from here)
 from dflash_fi.figures.listings import wrapped_lines  # noqa: F401 (the notebooks import it from here)
 
 # Live runs are smaller than the walkthrough's: engine start-up dominates either way.
@@ -103,6 +104,17 @@ class Session:
         for c in checks:
             print(c.line())
         return checks
+
+    def check_walkthrough(self, runs: list) -> list:
+        """`check` on `runs`' evidence, wrapped; then whether all passed, and which runs were not recorded yet."""
+        records, reference, _ = self.evidence(runs)
+        with wrapped_lines():
+            ran = self.check(records, reference)
+        if absent := [run for run in runs if run not in records]:
+            skip(f"the checks that need {len(absent)} more of these engines", "not recorded yet (a GPU runs them live)")
+        check(f"these {len(ran)} walkthrough checks pass", bool(ran) and all(c.passed for c in ran),
+              "live" if self.live else "on the committed walkthrough's records")
+        return ran
 
 
 def live_outcome(record) -> str:
@@ -237,18 +249,3 @@ def show_engine_calls(runs: list) -> None:
                                   REPO_ROOT)
     display(listing)
     show(table)
-
-
-def lesson_map() -> str:
-    """Markdown: each step, what it is, its hunks (the reason for each), and its notebook."""
-    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP
-    from dflash_fi.steps import STEPS, step_module, step_title
-
-    lines = ["| step | what it is | its hunks, each by its reason | notebook |", "|---|---|---|---|"]
-    for step in STEPS:
-        previous = len(step_module(step - 1).HUNKS) if step else 0
-        hunks = "; ".join(h.why for h in step_module(step).HUNKS[previous:]) or "none: vLLM as shipped"
-        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
-                     f"{NOTEBOOK_OF_STEP[step][:2]} |")
-    return "\n".join(lines)
-

@@ -184,7 +184,7 @@ show("| where | prompts x new tokens | what runs |\n|---|---|---|\n"
      "| the walkthrough (`dflash-fi walkthrough`; the check cells without a GPU) | 32 x 128, and the mixed workload "
      "| every step's engine, committed under `runs/` |\n"
      f"| the engine benchmark | batch 1: {BATCH1_PROMPTS} prompts decoded alone, then 8 and 32 together, x "
-     f"{NEW_TOKENS} | engines in turns (notebook 7); the Qwen3-4B shape: {SHAPE_BATCH1_PROMPTS} prompts |")
+     f"{NEW_TOKENS} | engines in turns (notebook 8); the Qwen3-4B shape: {SHAPE_BATCH1_PROMPTS} prompts |")
 verdict(f"live cells use {LIVE_PROMPTS} prompts because starting an engine costs more than decoding. The mixed "
         f"workload (the walkthrough's, in README) is {MIXED_REQUESTS} requests: prompts of {min(MIXED_PROMPT_BYTES)}-"
         f"{max(MIXED_PROMPT_BYTES)} bytes, max_tokens {min(MIXED_MAX_TOKENS)}-{max(MIXED_MAX_TOKENS)}, max_num_seqs "

@@ -112,7 +112,7 @@ show_hunks(5, only=[3])
 #
 # The other two hunks choose the draft's kernel. PR #43081's non-causal wrapper lets FlashInfer choose (`auto`:
 # FlashInfer's fa3 kernel on SM 9.0 for a bf16 cache, notebook 3). For 16-query blocks FlashInfer's fa2 kernel is
-# the faster one there (notebook 7 measures it), and its fa3 kernel has no form for the bf16 queries vLLM keeps on
+# the faster one there (notebook 8 measures it), and its fa3 kernel has no form for the bf16 queries vLLM keeps on
 # an FP8 cache; on every other GPU `auto` picks fa2 anyway. So the draft's wrapper asks for fa2, by name:
 
 # %%
@@ -128,8 +128,8 @@ show_hunks(5, only=[1, 2])
 # Upstream's answer was to stop the FlashInfer draft from claiming graphs it cannot replay: in vLLM v0.26.0 and
 # later, whose drafters honour their own backend's claim, #48167 makes a FlashInfer DFlash draft run its attention
 # eagerly, outside the graphs. Upstream has not taken the other way out, prefill wrappers that a graph can replay;
-# notebook 6 does (step 6), and then removes what the FlashInfer draft still costs on the host (steps 7 and 8). This is
-# upstream's history as its pull requests tell it, not run here (this tutorial pins vLLM 0.22.1).
+# notebook 6 does (step 6), and notebooks 6 and 7 remove what the FlashInfer draft still costs on the host (steps 7
+# and 8). This is upstream's history as its pull requests tell it, not run here (this tutorial pins vLLM 0.22.1).
 #
 # ## On the GPU: what the engine resolves, live
 #
@@ -187,8 +187,8 @@ check(f"the walkthrough's {len(checks)} checks for graph modes and step 5 pass",
 #   fa2 kernel.
 # - Upstream since v0.26.0 runs a FlashInfer DFlash draft's attention eagerly.
 #
-# Next, notebook 6: keeping the full graphs with a FlashInfer draft (step 6), and steps 7 and 8, which take its
-# host work away; notebook 7 says what is left to pay.
+# Next, notebook 6: keeping the full graphs with a FlashInfer draft (step 6), and step 7, which takes the host work
+# that waits away; notebook 7 plans once (step 8); notebook 8 says what is left to pay.
 
 # %% [markdown]
 # ## Appendix

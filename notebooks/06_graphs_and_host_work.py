@@ -15,27 +15,27 @@
 # ---
 
 # %% [markdown]
-# # 6 · Full CUDA graphs, and the draft's host work: steps 6, 7 and 8
+# # 6 · Full CUDA graphs, and no host work that waits: steps 6 and 7
 #
-# Notebook 5 ended with a FlashInfer draft costing an SM 9.0 engine its full CUDA graphs: step 6 keeps them. Steps 7
-# and 8 remove what the *host* (the CPU thread that prepares each engine step while the GPU runs the one before) does
-# for the draft: a copy that waits for the GPU, a build nobody reads, a `plan()` every step. Notebook 7 measures it.
+# Notebook 5 ended with a FlashInfer draft costing an SM 9.0 engine its full CUDA graphs: step 6 keeps them. Step 7
+# removes two things the *host* (the CPU thread that prepares each engine step while the GPU runs the one before) does
+# for the draft: a copy that waits for the GPU, and a build nobody reads. Notebook 7 takes away the `plan()` of every
+# draft step; notebook 8 measures what is left.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
 from dflash_fi.notebook import check, setup, show, show_hunks, skip, verdict
 
 # The engines of "On the GPU" start now, in the background: each takes most of a minute.
-live_runs = [P.FLASH_ATTN_GRAPHS, *(P.graphs_run(step) for step in (6, 7, 8)), P.graphs_fi_target_run(8)]
+live_runs = [P.FLASH_ATTN_GRAPHS, *(P.graphs_run(step) for step in (6, 7))]
 session = setup("06_graphs_and_host_work", live=live_runs)
 
-# %% tags=["nbval-ignore-output"]
-from dflash_fi.figures import draft_layer_path
-from dflash_fi.figures.path import LANDS, STAGES, marks_of
+# %%
+from dflash_fi.figures.path import LANDS, STAGES
 
-draft_layer_path(marks_of({s: LANDS[s] for s in (6, 7, 8)}), title="Where steps 6, 7 and 8 land on a draft layer's path");
-landed = {name for key, name, *_ in STAGES if any(key in LANDS[s] for s in (6, 7, 8))}
-verdict(f"steps 6-8 land in {', '.join(sorted(landed))}: not in the selector or the attention kernel.")
+landed = {name for key, name, *_ in STAGES if any(key in LANDS[s] for s in (6, 7))}
+verdict(f"on notebook 1's picture of a draft layer's path, steps 6 and 7 land in {', '.join(sorted(landed))}: not in "
+        "the selector or the attention kernel.")
 
 # %% [markdown]
 # ## Step 6: prefill wrappers a CUDA graph can replay
@@ -60,18 +60,18 @@ show_hunks(6, only=[4, 5], max_lines={4: 12}, context=0, joined=True)
 # What a full graph holds: causal, all prefill, each request with the verify query length or none (vLLM pads a
 # captured batch with empty requests). A draft block keeps step 3's wrapper, at no loss: vLLM 0.22.1's drafter captures
 # piecewise graphs only (`SpecDecodeBaseProposer.initialize_cudagraph_keys`), and a graph wrapper would only pad its
-# grid (notebook 7 measures it). vLLM resolving the engine's mode, on the CPU, FLASH_ATTN target, FLASHINFER draft:
+# grid (notebook 8 measures it). vLLM resolving the engine's mode, on the CPU, FLASH_ATTN target, FLASHINFER draft:
 
 # %%
 from dflash_fi.lab.graphs import cudagraph_claims, format_claims
 from dflash_fi.lab.routing import routing_report
 from dflash_fi.vocabulary import HOPPER
 
-claims = {step: cudagraph_claims(step, HOPPER) for step in (5, 6, 7, 8)}
-show(format_claims(list(claims.values())))
+claims = {step: cudagraph_claims(step, HOPPER) for step in (5, 6, 7)}
+show(format_claims([claims[5], claims[6]]))  # step 7 claims what step 6 does (checked below)
 wrappers = {s: {r["batch"]: r.get("prefill") for r in routing_report(s, cuda_graphs=True)["batches"]} for s in (5, 6)}
 changed = [batch for batch in wrappers[5] if wrappers[5][batch] != wrappers[6][batch]]
-verdict(f"step 5 resolves {claims[5]['resolved_mode']}, steps 6-8 {claims[6]['resolved_mode']}. Of the CPU lab's "
+verdict(f"step 5 resolves {claims[5]['resolved_mode']}, step 6 {claims[6]['resolved_mode']}. Of the CPU lab's "
         f"batches only '{changed[0]}' changes wrapper, to '{wrappers[6][changed[0]]}'.")
 
 # %% [markdown]
@@ -129,74 +129,21 @@ verdict(f"step 7 plans from the bounds {lengths[7]['upper_bounds']} (exact: {len
         f"the draft layers, step 7 {sum(r['planned'] for r in runner[7])}.")
 
 # %% [markdown]
-# ## Step 8: plan once
-#
-# A step 7 draft build waits for nothing, but still runs `plan()` (scheduling on the host, a copy to the GPU), numpy
-# and small GPU operations, each launch costing host time; the FLASH_ATTN draft's does none (`fast_build=True`).
-# Unsplit, the schedule no longer depends on the lengths. Where `plan()` for FlashInfer's fa2 kernel reads them:
-
-# %%
-from dflash_fi.lab.host_work import FA2_SCHEDULE_EXCERPT
-from dflash_fi.notebook import show_flashinfer_source
-
-show_flashinfer_source(*FA2_SCHEDULE_EXCERPT)
-
-# %% [markdown]
-# A length only counts its request's chunks; unsplit, every request is one chunk. Left are the batch size and
-# `qo_indptr` (and what each builder fixes: heads, page size, dtypes, ...): the key of a plan. A draft step that
-# matches it takes a short path through `build()`:
-
-# %%
-show_hunks(8, only=[1, 3], context=0, joined=True)
-
-# %% [markdown]
-# From one draft step to the next the contexts grow and the key stays; a request joining or leaving changes it, for one
-# `plan()`. DCP and NVFP4 are still refused first (notebook 3). The short path writes the page table with one launch
-# of a Triton kernel, in place of step 7's chain of GPU operations:
-
-# %%
-show_hunks(8, only=[2, 5], max_lines={2: 21, 5: 4}, context=0, joined=True)
-
-# %% [markdown]
-# One program per request sums the pages of the requests before it, writes its offsets and last-page length, and
-# copies its pages from the block table. A kept plan reads those buffers, rewritten in place by every build:
-
-# %%
-show_hunks(8, only=[4], max_lines=12, context=0, joined=True)
-
-# %% [markdown]
-# Step 7's copy into `_kv_lens_buffer` goes (FlashInfer's fa2 `run()` never reads it). One decode's draft steps through
-# the real builders, contexts growing, requests leaving and coming back (wrappers are doubles that count `plan()`;
-# step 8's kernel runs from its own source under Triton's CPU interpreter):
-
-# %%
-from dflash_fi.lab.host_tables import plans_table
-from dflash_fi.lab.host_work import plans_over_draft_steps
-
-over = {step: plans_over_draft_steps(step) for step in (6, 7, 8)}
-show(plans_table(over))
-shapes = [r["draft_step"] for r in over[8] if r["new_shape"]]
-verdict(f"of {len(over[8])} draft steps, step 8 plans at {shapes}, where the batch's shape changes, and keeps the plan "
-        f"at the other {len(over[8]) - len(shapes)}; steps 6 and 7 plan at every one, step 6 after waiting for the GPU.")
-
-# %% [markdown]
 # ## On the GPU
 #
-# FlashInfer's fa2 kernel, bf16 and fp8 KV: step 7 planned from bounds and from exact lengths; step 8 through the draft
-# steps above, against a fresh plan of the same schedule, one planned by default, and the reference. Then the engines
-# of the first cell, with CUDA graphs (notebook 0, "Numbers you will see"), for the walkthrough's checks below.
+# FlashInfer's fa2 kernel, bf16 and fp8 KV: step 7 planned from bounds and from exact lengths, against the reference.
+# Then the engines of the first cell, with CUDA graphs (notebook 0, "Numbers you will see"), for the walkthrough's
+# checks below.
 
 # %% tags=["gpu", "nbval-ignore-output"]
-from dflash_fi.lab.host_tables import bound_planning_table, plan_reuse_table
-from dflash_fi.lab.host_work import bound_planning_errors, plan_reuse_errors
+from dflash_fi.lab.host_tables import bound_planning_table
+from dflash_fi.lab.host_work import bound_planning_errors
 
 if session.gpu_cell():
     bounded = [row for kv in ("auto", "fp8") for row in bound_planning_errors(kv)]
-    reused = {kv: plan_reuse_errors(kv) for kv in ("auto", "fp8")}
-    show(bound_planning_table(bounded) + "\n\n" + plan_reuse_table(reused))
+    show(bound_planning_table(bounded))
     verdict(f"from bounds, each batch computes what its exact plan does (largest difference "
-            f"{max(r['bounds_vs_exact'] for r in bounded):.1e}); a kept plan what a fresh plan of the same schedule "
-            f"does ({max(r['reused_vs_fresh_unsplit'] for v in reused.values() for r in v):.1e}).")
+            f"{max(r['bounds_vs_exact'] for r in bounded):.1e}).")
 
 # %% tags=["gpu"]
 live = session.run_live(live_runs)
@@ -205,39 +152,27 @@ live = session.run_live(live_runs)
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import wrapped_lines
-
-graphs = {claims[s][k] for s in (6, 7, 8) for k in ("resolved_mode", "resolved_mode_flashinfer_target")}
-check("steps 6-8 keep SM 9.0's FULL_AND_PIECEWISE (step 5: PIECEWISE), changing the verify batch's wrapper only",
+graphs = {claims[s][k] for s in (6, 7) for k in ("resolved_mode", "resolved_mode_flashinfer_target")}
+check("steps 6 and 7 keep SM 9.0's FULL_AND_PIECEWISE (step 5: PIECEWISE), changing the verify batch's wrapper only",
       claims[5]["resolved_mode"] == "PIECEWISE" and graphs == {"FULL_AND_PIECEWISE"}
       and changed == ["target spec verify: 4 x (1 + 15)"])
 check("step 7 plans from bounds, copies nothing (step 6 did), its kernel reads step 6's page table, and plans "
       "nothing on target steps for the draft layers (step 6 did)", lengths[6]["copied_from_gpu"] and not lengths[7][
           "copied_from_gpu"] and lengths[7]["planned_indptr"] != lengths[7]["kernel_indptr"] == lengths[6][
           "kernel_indptr"] and all(r["planned"] for r in runner[6]) and not any(r["planned"] for r in runner[7]))
-check("step 8 plans once per batch shape, steps 6 and 7 every draft step, on exact page tables",
-      [r["plans"] for r in over[8]] == [r["new_shape"] for r in over[8]] and all(r["plans"] for r in over[6] + over[7])
-      and all(r["reads_exact_page_table"] for rows in over.values() for r in rows))
 if session.on_gpu:
-    check("FlashInfer's kernel computes the same planned from bounds (step 7) and on kept plans (step 8)",
-          max(r["bounds_vs_exact"] for r in bounded) < 5e-3
-          and all(r["page_table_exact"] and r["reused_vs_fresh_unsplit"] == 0 for v in reused.values() for r in v))
+    check("FlashInfer's kernel computes the same planned from bounds (step 7) as from exact lengths",
+          max(r["bounds_vs_exact"] for r in bounded) < 5e-3 and not any(r["copied_from_gpu"] for r in bounded))
 else:
-    skip("FlashInfer's kernel planned from bounds and on kept plans, against exact planning", "no CUDA GPU here")
-records, reference, source = session.evidence(live_runs)
-with wrapped_lines():
-    ran = session.check(records, reference)
-if absent := [run for run in live_runs if run not in records]:
-    skip(f"the checks that need {len(absent)} more of these engines", "not recorded yet (a GPU runs them live)")
-check(f"these {len(ran)} walkthrough checks pass", bool(ran) and all(c.passed for c in ran), "live" if session.live else
-      "on the committed walkthrough's records")
+    skip("FlashInfer's kernel planned from bounds, against exact planning", "no CUDA GPU here")
+session.check_walkthrough(live_runs);
 
 # %% [markdown]
 # ## What you saw, and what's next
 #
 # Step 6 keeps the engine's full graphs with replayable prefill wrappers for verify batches. Step 7 plans the draft
-# from host bounds, KV unsplit, copying nothing, and plans nothing for nobody. Step 8 plans once per batch shape (an
-# unsplit fa2 schedule depends on nothing else) and writes the page table in one launch. Next, notebook 7: the cost.
+# from host bounds, KV unsplit, copying nothing, and plans nothing for nobody. It still plans every draft step: next,
+# notebook 7 plans once.
 #
 # ## Appendix
 
@@ -246,4 +181,3 @@ from dflash_fi.notebook import show_step_diff
 
 show_step_diff(6)
 show_step_diff(7)
-show_step_diff(8)

@@ -1,17 +1,20 @@
 """`dflash-fi bench e2e`: whole vLLM engines with vLLM's default CUDA graphs, taking turns, in rounds.
 
-Every engine starts at once, each in its own process; then the parent asks each in turn for one round
-(A B C D ... A B C D ...: `dflash_fi.engine.server`), so only one engine works at a time and whatever the
-machine does during a round falls on every engine alike; from round 2 on the idle engines are stopped, so they
-take no host time from the working one (each round records what they took). Round 1 warms every batch size up
-and is not measured. Round r of two engines is a pair: the benchmark reports the geometric mean of their ratio
-over the measured pairs, with a 95% bootstrap interval (`dflash_fi.bench.stats`); a second FLASH_ATTN draft
-engine (the A/A pair) shows the interval when nothing differs. The results file keeps every round.
+Every engine starts at once, each in its own process; then the parent hands out turns (`dflash_fi.engine.server`):
+in each round, per model pair and per batch size, every engine of the pair in turn (A B C, the next round C B A), so
+only one engine works at a time and the engines compared at one batch size work seconds apart: whatever the machine
+does falls on them alike. From round 2 on the idle engines are stopped, so they take no host time from the working
+one (each round records what they took), and a continued engine settles with a short unmeasured generate before its
+measured ones. Round 1 warms every batch size up and is not measured. Round r of two engines is a pair: the benchmark
+reports the geometric mean of their ratio over the measured pairs, with a 95% bootstrap interval
+(`dflash_fi.bench.stats`); a second FLASH_ATTN draft engine (the A/A pair) shows the interval when nothing differs.
+The results file keeps every round.
 
-A round, per batch size b (greedy, ignore_eos): b held-out prompts decoded together; batch 1 decodes
-`batch1_prompts` prompts one at a time. Each generate records tokens/s, the intervals between the engine's
-steps (their median is the step time: prefills and the generate's start and end do not weigh in), tau from vLLM's
-counters, and the host time of every attention metadata build, by builder (the runner's groups; the drafter's).
+A turn at batch size b (greedy, ignore_eos): b held-out prompts decoded together; batch 1 decodes `batch1_prompts`
+prompts one at a time. Each generate records tokens/s, the intervals between the engine's steps (their median is the
+step time: prefills, the generate's start and end and the host's stalls do not weigh in), tau from vLLM's counters,
+and the host time of every attention metadata build, by builder (the runner's groups; the drafter's). Tokens/s is
+compared at the median step (tokens per step over the step time), where the host's slow spells weigh least.
 
 Embedded pair, bf16: no speculation, the FLASH_ATTN draft (twice), the FlashInfer draft at the step before the
 final one and at the final step. Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128)
@@ -29,10 +32,10 @@ from dflash_fi.engine.identity import Pair, RunId
 from dflash_fi.engine.spec import BenchPlan, RunSpec
 from dflash_fi.logs import LOG_DIR
 
-ROUNDS = 6  # the first warms up; five are measured
+ROUNDS = 7  # the first warms up; six are measured
 BATCHES, SHAPE_BATCHES = (1, 8, 32), (1, 32)
 NEW_TOKENS, SHAPE_NEW_TOKENS = 512, 192
-BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 4, 2
+BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 2, 1
 QWEN3_4B_TARGET = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560,
     "intermediate_size": 9728, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8,

@@ -3,7 +3,8 @@
 Engines with vLLM's CUDA graphs on the embedded pair, the FLASH_ATTN draft and the FlashInfer draft at the step before
 the final one and at the final one, at batch 1 and batch 32 (held-out prompts decoded together), each build under cProfile
 (DFLASH_FI_PROFILE_BUILDS): per builder, its builds and the functions that took the most of its own time, with file
-and line. The profiler slows what it watches: read where the time goes, not how much (the engine benchmark times).
+and line. A short generate first compiles what the first builds compile (Triton's kernels, once per process); the
+profiles start after it, so they show steady decoding steps. The profiler slows what it watches: read where the time goes, not how much (the engine benchmark times).
 The engines share the GPU, as correctness runs do.
 """
 

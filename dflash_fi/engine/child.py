@@ -78,19 +78,24 @@ def _flash_attn_log_lines(log_file: str | None) -> list[str]:
 
 
 def _serve(llm, prompts, spec, address: str) -> list[dict]:
-    """Benchmark rounds on request: the parent alternates engines, so only one engine works at a time."""
+    """Benchmark turns on request, one batch size of one round each: the parent alternates engines, so only one
+    engine works at a time. A batch size's first turn warms it up; every later turn settles first (the engine was
+    stopped while the others worked)."""
     from multiprocessing.connection import Client
 
-    from dflash_fi.engine.generate import benchmark_round
+    from dflash_fi.engine.generate import benchmark_batch
 
-    rounds = []
+    rounds: dict[int, list] = {}
+    warmed: set[int] = set()
     with Client(address) as parent:
         parent.send({"ready": True})
         while (request := parent.recv()).get("round") is not None:
-            batches = [to_plain(b) for b in benchmark_round(llm, prompts, spec, warm_up=not rounds)]
-            rounds.append({"index": request["round"], "batches": batches})
-            parent.send({"done": request["round"], "batches": batches})
-    return rounds
+            batch = request["batch"]
+            run = to_plain(benchmark_batch(llm, prompts, spec, batch, warm_up=batch not in warmed, settle=True))
+            warmed.add(batch)
+            rounds.setdefault(request["round"], []).append(run)
+            parent.send({"done": request["round"], "batches": [run]})
+    return [{"index": index, "batches": batches} for index, batches in rounds.items()]
 
 
 def main(spec_path: str, result_path: str, address: str | None = None) -> int:
@@ -137,6 +142,10 @@ def main(spec_path: str, result_path: str, address: str | None = None) -> int:
                                                                                                warm_up=True)]}]
         else:
             result["generates"] = {}
+            if os.environ.get(instruments.PROFILE_BUILDS_ENV):  # profile steady builds: compiles happen before
+                first = workload_requests(spec.workloads[0], texts, spec.num_prompts, spec.max_new_tokens)
+                generate(llm, [(as_prompt(t), min(n, 32)) for t, n in first], spec.run.speculative, detokenize=False)
+                llm.collective_rpc(instruments.reset_build_profiles)
             for workload in spec.workloads:
                 requests = [(as_prompt(t), n) for t, n in
                             workload_requests(workload, texts, spec.num_prompts, spec.max_new_tokens)]

@@ -101,17 +101,26 @@ def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None
         near_tie_cap=NEAR_TIE_CAP if logprobs else None, builds=builds, step_times=StepTimes.of(intervals))
 
 
+# Tokens of the generate that a resumed engine runs, unmeasured, before its turn's measured ones.
+SETTLE_TOKENS = 16
+
+
+def benchmark_batch(llm, prompts: list, spec: RunSpec, batch: int, warm_up: bool, settle: bool = False) -> BatchRun:
+    """One turn of the benchmark at batch size b: the first b prompts together, `repeats` times; batch 1 decodes
+    `batch1_prompts` prompts one at a time instead. Before them, unmeasured: with `warm_up` a whole generate (graphs,
+    allocator, caches), else with `settle` a short one (an engine just continued from a stop: its threads and caches
+    wake there, not in the measurement). Tokens are dropped (each generate keeps their hash)."""
+    plan, new_tokens = spec.bench, spec.max_new_tokens
+    groups = ([[(p, new_tokens)] for p in prompts[: plan.batch1_prompts]] if batch == 1
+              else [[(p, new_tokens) for p in prompts[:batch]]])
+    if warm_up or settle:
+        first = groups[0] if warm_up else [(p, SETTLE_TOKENS) for p, _ in groups[0]]
+        generate(llm, first, spec.run.speculative, detokenize=False)
+    generates = [generate(llm, group, spec.run.speculative, detokenize=False).without_tokens()
+                 for _ in range(plan.repeats) for group in groups]
+    return BatchRun(batch, tuple(generates))
+
+
 def benchmark_round(llm, prompts: list, spec: RunSpec, warm_up: bool) -> tuple[BatchRun, ...]:
-    """One round of the benchmark, per batch size b: the first b prompts together, `repeats` times (after a warm-up
-    generate when `warm_up`); batch 1 decodes `batch1_prompts` prompts one at a time instead. Tokens are dropped
-    (each generate keeps their hash)."""
-    plan, new_tokens, runs = spec.bench, spec.max_new_tokens, []
-    for batch in plan.batch_sizes:
-        groups = ([[(p, new_tokens)] for p in prompts[: plan.batch1_prompts]] if batch == 1
-                  else [[(p, new_tokens) for p in prompts[:batch]]])
-        if warm_up:
-            generate(llm, groups[0], spec.run.speculative, detokenize=False)  # graphs, allocator, caches
-        generates = [generate(llm, group, spec.run.speculative, detokenize=False).without_tokens()
-                     for _ in range(plan.repeats) for group in groups]
-        runs.append(BatchRun(batch, tuple(generates)))
-    return tuple(runs)
+    """Every batch size of the plan, one turn each (`benchmark_batch`)."""
+    return tuple(benchmark_batch(llm, prompts, spec, batch, warm_up) for batch in spec.bench.batch_sizes)

@@ -135,7 +135,15 @@ def _importable(file: str) -> str:
     return file[len(max(roots, key=len).rstrip("/")) + 1:] if roots else file
 
 
-def build_profiles(worker, top: int = 20) -> list[dict]:
+def reset_build_profiles(worker) -> None:
+    """Forget what the profiled builds recorded so far: a process's first builds compile kernels (Triton's, once),
+    which is not what a decoding step costs."""
+    profiles = getattr(worker.model_runner, "_build_profiles", None)
+    if profiles:
+        profiles.clear()
+
+
+def build_profiles(worker, top: int = 30) -> list[dict]:
     """Where the profiled builds spent their time: per builder, its builds and the `top` functions by own time
     ({"function", "file", "line", "calls", "own_s", "cumulative_s"}; files shortened after site-packages)."""
     out = []

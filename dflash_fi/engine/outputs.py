@@ -91,6 +91,15 @@ class GenerateResult:
     def tau(self) -> float | None:
         return self.acceptance.tau if self.acceptance else None
 
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Output tokens per second at the median step period: the generate's tokens per engine step over the median
+        interval between steps. Whole-generate tokens/s also counts what is not decoding (the prefill, the generate's
+        start and end) and every stall of the host; this counts the typical step."""
+        if not self.step_times:
+            return self.output_tokens_per_s
+        return self.output_tokens_per_s * self.generate_s / (self.steps * self.step_times.median / 1000)
+
     def build_ms_per_step(self, role: Role | None = None) -> float:
         """Host time of the metadata builds per decoding step, over the builders of `role` (all: None)."""
         return sum(b.seconds for b in self.builds if role in (None, b.key.role)) * 1000 / max(self.steps, 1)
@@ -109,6 +118,10 @@ class BatchRun:
     @property
     def tokens_per_s(self) -> float:
         return statistics.median(g.output_tokens_per_s for g in self.generates)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        return statistics.median(g.decode_tokens_per_s for g in self.generates)
 
     @property
     def step_ms(self) -> float:

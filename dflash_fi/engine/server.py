@@ -1,14 +1,17 @@
 """Several engines, each in its own process and all started at once, taking turns: a benchmark in rounds.
 
-Every engine starts (in parallel), then the parent asks each in turn for one benchmark round (A B C A B C ...),
-so that only one engine works at a time and a slow or fast spell of the machine falls on all of them alike.
-Round r of engine A and round r of engine B are a pair; their ratio is what a benchmark reports, per pair.
+Every engine starts (in parallel), then the parent hands out turns, one batch size of one round each: within a round,
+per group of engines that are compared with each other (a model pair) and per batch size, each engine of the group
+in turn (A B C, the next round C B A), so that only one engine works at a time and the engines compared at one batch
+size work seconds apart: a slow or fast spell of the machine falls on all of them alike. Round r of engine A and
+round r of engine B at batch b are a pair; their ratio is what a benchmark reports, per pair.
 An engine that fails to start, or dies, is left out of the later rounds and its record says why.
 
 Idle engines must not take the host from the working one: an idle vLLM process still has threads (and, right
-after its round, spinning OpenMP workers). So from round 2 on, every engine but the working one is stopped
-(SIGSTOP, its whole process tree) and continued for its own round. Each round records the CPU seconds the other
-engines' processes used meanwhile: round 1, with nobody stopped, shows what idle engines take when they are not.
+after its turn, spinning OpenMP workers). So from round 2 on, every engine but the working one is stopped
+(SIGSTOP, its whole process tree) and continued for its own turn. Each round records the CPU seconds the other
+engines' processes used during the engine's turns: round 1, with nobody stopped, shows what idle engines take when
+they are not.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from dflash_fi.engine.runner import EngineProcess
 from dflash_fi.engine.spec import RunSpec
 
 
-def process_tree(pid: int) -> list[int]:
-    """pid and all its descendants (Linux /proc)."""
+def children_of() -> dict[int, list[int]]:
+    """Every process's children, from one pass over /proc (Linux)."""
     parents: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -38,11 +41,17 @@ def process_tree(pid: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
             parents.setdefault(ppid, []).append(int(entry.name))
+    return parents
+
+
+def process_tree(pid: int, children: dict[int, list[int]] | None = None) -> list[int]:
+    """pid and all its descendants (`children`: a `children_of()` already taken)."""
+    children = children_of() if children is None else children
     tree, todo = [], [pid]
     while todo:
         current = todo.pop()
         tree.append(current)
-        todo += parents.get(current, [])
+        todo += children.get(current, [])
     return tree
 
 
@@ -98,24 +107,32 @@ class _Served:
         self.failed = "stopped answering"
         return {}
 
-    def signal(self, sig: int) -> None:
+    def signal(self, sig: int, children: dict[int, list[int]] | None = None) -> None:
         if self.engine.alive():
-            for pid in process_tree(self.engine.process.pid):
+            for pid in process_tree(self.engine.process.pid, children):
                 try:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
 
-    def round(self, index: int, deadline: float) -> list[dict] | None:
+    def turn(self, index: int, batch: int, deadline: float) -> dict | None:
+        """Round `index` at batch size `batch`: its batch run, or None if the engine failed."""
         if self.failed:
             return None
-        self.connection.send({"round": index})
-        return self._receive(deadline).get("batches")
+        self.connection.send({"round": index, "batch": batch})
+        batches = self._receive(deadline).get("batches")
+        return batches[0] if batches else None
 
-    def finish(self) -> EngineRecord:
+    def stop(self) -> None:
+        """Continue the engine and tell it to stop serving (it then writes its record and exits)."""
         self.signal(signal.SIGCONT)
         if self.connection is not None and not self.failed:
-            self.connection.send({"round": None})
+            try:
+                self.connection.send({"round": None})
+            except OSError:  # it died: finish() records how
+                pass
+
+    def finish(self) -> EngineRecord:
         record = self.engine.finish(timeout_s=120)
         self.listener.close()
         if self.failed and record.ok:
@@ -124,11 +141,26 @@ class _Served:
         return replace(record, rounds=rounds)
 
 
+def schedule(specs: list[RunSpec], index: int) -> list[tuple[int, int]]:
+    """The turns of round `index`, as (engine, batch size): per model pair (in the order of the specs), per batch
+    size, each of the pair's engines that runs it, forward in odd rounds and backward in even ones (so that no
+    engine always follows the same one)."""
+    turns = []
+    for pair in dict.fromkeys(spec.run.pair for spec in specs):
+        members = [i for i, spec in enumerate(specs) if spec.run.pair is pair]
+        batches = dict.fromkeys(b for i in members for b in specs[i].bench.batch_sizes)
+        for batch in batches:
+            order = [i for i in members if batch in specs[i].bench.batch_sizes]
+            turns += [(i, batch) for i in (order if index % 2 else order[::-1])]
+    return turns
+
+
 def run_in_turns(specs: list[RunSpec], rounds: int, command: str, gpu: str | None = None,
-                 start_timeout_s: int = 420, round_timeout_s: int = 300, print_fn=print,
+                 start_timeout_s: int = 420, turn_timeout_s: int = 300, print_fn=print,
                  module: str = "dflash_fi.engine.child", env_of=None, pause_idle: bool = True) -> dict[RunId, EngineRecord]:
-    """Start every engine, then `rounds` rounds in turn; records by run, each with its rounds. From round 2 on
-    (with `pause_idle`) the engines not working are stopped. `env_of(spec)`: more environment for an engine."""
+    """Start every engine, then `rounds` rounds of turns (`schedule`); records by run, each with its rounds. From
+    round 2 on (with `pause_idle`) the engines not working are stopped. `env_of(spec)`: more environment for an
+    engine."""
     with tempfile.TemporaryDirectory(prefix="dflash-fi-turns-") as folder:
         served = [_Served(spec, command, gpu, Path(folder), i, module, env_of(spec) if env_of else None)
                   for i, spec in enumerate(specs)]
@@ -139,21 +171,28 @@ def run_in_turns(specs: list[RunSpec], rounds: int, command: str, gpu: str | Non
                      f"{time.time() - started:5.0f} s")
         try:
             for index in range(1, rounds + 1):
-                for s in served:
+                for i, batch in schedule(specs, index):
+                    s = served[i]
+                    if s.failed:
+                        continue
+                    children = children_of()
                     others = [pid for o in served if o is not s and o.engine.alive()
-                              for pid in process_tree(o.engine.process.pid)]
+                              for pid in process_tree(o.engine.process.pid, children)]
                     if pause_idle and index > 1:
                         for o in served:
-                            o.signal(signal.SIGSTOP if o is not s else signal.SIGCONT)
+                            o.signal(signal.SIGSTOP if o is not s else signal.SIGCONT, children)
                     t0, cpu0 = time.time(), cpu_seconds(others)
-                    rows = s.round(index, time.time() + round_timeout_s)
-                    if rows is None:
+                    run = s.turn(index, batch, time.time() + turn_timeout_s)
+                    if run is None:
                         continue
-                    s.rounds_cpu[index] = round(cpu_seconds(others) - cpu0, 3)
-                    print_fn(f"  round {index}  {label(s.engine.spec.run):<60} " + "  ".join(
-                        f"b{r['batch']} {r['generates'][0]['output_tokens_per_s']:.0f} tok/s" for r in rows)
-                        + f"  ({time.time() - t0:.0f} s; others used {s.rounds_cpu[index]:.2f} CPU s)")
+                    used = cpu_seconds(others) - cpu0
+                    s.rounds_cpu[index] = round(s.rounds_cpu.get(index, 0.0) + used, 3)
+                    first = run["generates"][0]
+                    step = f"{first['step_times']['median']:.3f} ms/step" if first.get("step_times") else ""
+                    print_fn(f"  round {index}  b{batch:<3} {label(s.engine.spec.run):<60} "
+                             f"{first['output_tokens_per_s']:>8.0f} tok/s  {step}  ({time.time() - t0:.1f} s; others "
+                             f"used {used:.2f} CPU s)")
         finally:
-            for s in served:
-                s.signal(signal.SIGCONT)
+            for s in served:  # every engine shuts down at once
+                s.stop()
         return {s.engine.spec.run: s.finish() for s in served}

@@ -17,10 +17,10 @@ from dflash_fi.stack import REPO_ROOT
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 # The steps each notebook is about (`pytest -m stepN` runs these notebooks too); the first notebook of a step shows
-# its hunks (07 measures what step 8 costs against step 7 and the FLASH_ATTN draft).
+# its hunks (08 measures what step 8 costs against step 7 and the FLASH_ATTN draft).
 STEPS_OF_NOTEBOOK = {"00_dflash_and_the_problem": (0,), "01_choosing_a_backend": (0, 1), "02_causal_metadata": (2,),
                      "03_noncausal_wrapper": (3,), "04_trtllm_gating": (4,), "05_what_upstream_did_next": (5,),
-                     "06_graphs_and_host_work": (6, 7, 8), "07_what_it_costs": (8,)}
+                     "06_graphs_and_host_work": (6, 7), "07_plan_once": (8,), "08_what_it_costs": (8,)}
 NOTEBOOK_OF_STEP = {step: next(nb for nb, steps in STEPS_OF_NOTEBOOK.items() if step in steps)
                     for step in sorted({s for steps in STEPS_OF_NOTEBOOK.values() for s in steps})}
 METADATA_KEY = "dflash_fi"
@@ -68,3 +68,16 @@ def execute_notebooks(only: list[str] | None = None, timeout: int = 900, allow_c
         nbformat.write(nb, path)
         print(f"{path.name:<32} {seconds:7.1f} s  {status}", flush=True)
     return 1 if failed else 0
+
+
+def lesson_map() -> str:
+    """Markdown: each step, what it is, its hunks (the reason for each), and its notebook."""
+    from dflash_fi.steps import STEPS, step_module, step_title
+
+    lines = ["| step | what it is | its hunks, each by its reason | notebook |", "|---|---|---|---|"]
+    for step in STEPS:
+        previous = len(step_module(step - 1).HUNKS) if step else 0
+        hunks = "; ".join(h.why for h in step_module(step).HUNKS[previous:]) or "none: vLLM as shipped"
+        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
+                     f"{NOTEBOOK_OF_STEP[step][:2]} |")
+    return "\n".join(lines)

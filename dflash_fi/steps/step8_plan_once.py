@@ -26,7 +26,10 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
 - **The exact page table in one launch.** A Triton kernel next to vLLM's `_copy_page_indices_kernel` writes
   `paged_kv_indptr`, `paged_kv_last_page_len` and `paged_kv_indices` from `seq_lens` and the block table, one
   program per request (each sums the pages of the requests before it), into the builder's persistent GPU
-  buffers. The planned wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
+  buffers. After its first launch the builder launches the compiled kernel itself: Triton's dispatch (binding the
+  arguments, specializing on them, looking the kernel up) costs the host more than the launch, and the kernel is
+  declared not to specialize on what changes between calls (`do_not_specialize`), as PyTorch Inductor's launchers
+  skip it too. The planned wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
   `_paged_kv_last_page_len_buf`); its `_qo_indptr_buf` and its plan are plan()'s own and hold with the key.
   Step 7's copy of `seq_lens` into the wrapper's `_kv_lens_buffer` goes: FA2's `run()` never hands that
   buffer to its kernel (in FlashInfer's `prefill.py` only the trtllm-gen kernel reads it).
@@ -41,13 +44,14 @@ from dflash_fi.steps.patching import Hunk
 
 HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
     Hunk(
-        why="the key of the non-causal wrapper's plan, while it holds",
+        why="the key of the non-causal wrapper's plan, while it holds, and the page table's kernel once compiled",
         old='''        self._noncausal_prefill_wrapper: BatchPrefillWithPagedKVCacheWrapper | None = None
 ''',
         new='''        self._noncausal_prefill_wrapper: BatchPrefillWithPagedKVCacheWrapper | None = None
         # (num_reqs, max_query_len, qo_indptr) of the non-causal wrapper's plan, if it
         # was planned from host bounds: later draft steps that match it reuse it.
         self._noncausal_plan_key: tuple[int, int, np.ndarray] | None = None
+        self._fill_paged_kv_compiled = None  # _fill_paged_kv_kernel, once launched
 ''',
     ),
     Hunk(
@@ -219,7 +223,10 @@ HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
         )
 
 
-@triton.jit
+@triton.jit(
+    do_not_specialize=["block_table_stride"],
+    do_not_specialize_on_alignment=["seq_lens", "block_table"],
+)
 def _fill_paged_kv_kernel(
     paged_kv_indptr,
     paged_kv_indices,
@@ -256,6 +263,38 @@ def _fill_paged_kv_kernel(
             paged_kv_indices + start_idx + i + offset,
             block_ids,
             mask=i + offset < num_blocks,
+        )
+''',
+    ),
+    Hunk(
+        why="the page table's kernel, once compiled, launched without Triton's dispatch",
+        old='''        _fill_paged_kv_kernel[(num_reqs,)](
+            self.paged_kv_indptr.gpu,
+            self.paged_kv_indices.gpu,
+            self.paged_kv_last_page_len.gpu,
+            seq_lens,
+            block_table_tensor,
+            block_table_tensor.stride(0),
+            PAGE_SIZE=self.page_size,
+            BLOCK_SIZE=1024,
+        )
+''',
+        new='''        args = (
+            self.paged_kv_indptr.gpu,
+            self.paged_kv_indices.gpu,
+            self.paged_kv_last_page_len.gpu,
+            seq_lens,
+            block_table_tensor,
+            block_table_tensor.stride(0),
+        )
+        if self._fill_paged_kv_compiled is not None:
+            # Triton's dispatch (binding, specialization, cache lookup) costs the host
+            # more than the launch; nothing it would specialize on changes between
+            # calls (the kernel does not specialize its inputs), so launch directly.
+            self._fill_paged_kv_compiled[(num_reqs, 1, 1)](*args, self.page_size, 1024)
+            return
+        self._fill_paged_kv_compiled = _fill_paged_kv_kernel[(num_reqs,)](
+            *args, PAGE_SIZE=self.page_size, BLOCK_SIZE=1024
         )
 ''',
     ),

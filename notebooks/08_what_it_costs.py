@@ -15,9 +15,9 @@
 # ---
 
 # %% [markdown]
-# # 7 · What it costs: the FlashInfer draft against the FLASH_ATTN draft
+# # 8 · What it costs: the FlashInfer draft against the FLASH_ATTN draft
 #
-# Notebook 6 built steps 6 to 8. This one measures what the final FlashInfer draft costs against the FLASH_ATTN draft:
+# Notebooks 6 and 7 built steps 6 to 8. This one measures what the final FlashInfer draft costs against the FLASH_ATTN draft:
 # whole engines (the targets this work set out to reach), the attention kernel, and the host time of a draft step's
 # metadata build, before step 8 and after it. Every number is read from a results file committed under `runs/` by
 # the command that measured it on a GPU; a cell whose file is not recorded yet says so.
@@ -28,7 +28,7 @@ from dflash_fi.bench.results import latest_kernels
 from dflash_fi.bench.turns import latest_turns
 from dflash_fi.notebook import check, recorded, setup, show, skip, verdict
 
-session = setup("07_what_it_costs")
+session = setup("08_what_it_costs")
 turns = recorded(latest_turns, "engines in turns (`dflash-fi bench e2e --record`)")
 profile = recorded(latest_profile, "where builds spend host time (`dflash-fi profile --record`)")
 kernels = recorded(latest_kernels, "the kernel benchmark (`dflash-fi bench kernels --record`)")
@@ -38,11 +38,12 @@ for read in (r for r in (turns and vars(turns), profile, kernels) if r):
 # %% [markdown]
 # ## The targets
 #
-# `dflash-fi bench e2e` starts every engine at once, then asks each in turn for one *round* (each batch size once), so
-# that one engine works at a time; round 1 warms up, and idle engines are stopped from round 2 on. Per measured round,
-# the final FlashInfer draft's tokens/s (embedded pair) or step time (the Qwen3-4B shape: random weights, so only time
-# means anything) over the FLASH_ATTN draft's; the estimate is their geometric mean, with a *95% interval* resampled
-# over the rounds. A second FLASH_ATTN draft engine, the *A/A pair*, differs in nothing: its interval is how far noise
+# `dflash-fi bench e2e` starts every engine at once, then hands out *turns*: in each *round*, per batch size, every
+# engine of a model pair in turn (A B C, then C B A), so that one engine works at a time and the engines compared work
+# seconds apart. Round 1 warms up; idle engines are stopped from round 2 on. Per measured round, the final FlashInfer
+# draft's tokens/s at the median step (embedded pair: tokens per engine step over the median interval between steps,
+# which leaves the host's stalls out) or step time (the Qwen3-4B shape: random weights, so only time means anything)
+# over the FLASH_ATTN draft's; the estimate is their geometric mean, with a *95% interval* resampled over the rounds. A second FLASH_ATTN draft engine, the *A/A pair*, differs in nothing: its interval is how far noise
 # reaches. A target is *met* when the whole interval lies on its side, *missed* when it lies on the other, and
 # *unresolved* when it straddles the line.
 
@@ -71,33 +72,26 @@ else:
 # FlashAttention, what the FLASH_ATTN draft runs (version 3 on SM 9.0), and step 6's CUDA-graph wrapper, which no
 # draft block uses (notebook 6), against the plain one:
 
-# %%
-from dflash_fi.bench.kernels import BATCHES
-from dflash_fi.bench.results import kernel_pivot, kernel_pivot_table, kernel_ratios
-
-if kernels:
-    pivot = kernel_pivot(kernels, "bf16", batches=BATCHES)
-    show(kernel_pivot_table(pivot))
-    slower = [p for p in pivot if p["final_over_flash_attn"] > 1]
-    padded = max(p["graph_over_final"] or 0 for p in pivot)
-    fa2 = kernel_ratios(kernels, "flashinfer-fa2", "flashinfer-fa3", "bf16", batches=BATCHES)
-    verdict(f"bf16: vLLM's FlashAttention is faster at {len(slower)} of {len(pivot)} shapes, by up to "
-            f"{max(p['final_over_flash_attn'] for p in pivot):.2f}x; the graph wrapper's padded grid costs up to "
-            f"{padded:.2f}x the plain one; FlashInfer's fa2 beats its fa3 at {sum(r['ratio'] < 1 for r in fa2)} of "
-            f"{len(fa2)} shapes (why step 5 names it).")
-else:
-    print("not recorded yet: no kernel benchmark under runs/")
-
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.bench.kernels import BATCHES
+from dflash_fi.bench.results import kernel_pivot, kernel_ratios
 from dflash_fi.figures import kernel_against_flash_attn
 
 if kernels:
     kernel_against_flash_attn(kernels, BATCHES);
+    pivot = kernel_pivot(kernels, "bf16", batches=BATCHES)
+    slower = [p for p in pivot if p["final_over_flash_attn"] > 1]
+    padded = max(p["graph_over_final"] or 0 for p in pivot)
+    fa2 = kernel_ratios(kernels, "flashinfer-fa2", "flashinfer-fa3", "bf16", batches=BATCHES)
     ratios = {kv: kernel_ratios(kernels, "dflash-fi-final", "vllm-flash-attn", kv, batches=BATCHES)
               for kv in ("bf16", "fp8-e4m3")}
     verdict("the thick line is vLLM's FlashAttention: " + "; ".join(
         f"with {kv} KV the final FlashInfer kernel takes {min(r['ratio'] for r in rows):.2f}x to "
-        f"{max(r['ratio'] for r in rows):.2f}x its time" for kv, rows in ratios.items() if rows) + ".")
+        f"{max(r['ratio'] for r in rows):.2f}x its time" for kv, rows in ratios.items() if rows)
+        + f". bf16: vLLM's FlashAttention is faster at {len(slower)} of {len(pivot)} shapes; the graph wrapper's "
+        f"padded grid costs up to {padded:.2f}x the plain one; FlashInfer's fa2 beats its fa3 at "
+        f"{sum(r['ratio'] < 1 for r in fa2)} of {len(fa2)} shapes (why step 5 names it). Every shape's time: the "
+        "appendix.")
 else:
     print("not recorded yet: no kernel benchmark under runs/")
 
@@ -264,7 +258,7 @@ print("\n".join(f"- {line}" for line in lines) or "Not recorded yet: the results
 # %% [markdown]
 # Every table behind these lines, generated from `runs/`, is in [`docs/RESULTS.md`](../docs/RESULTS.md). To measure
 # again on a GPU: `dflash-fi bench e2e --record`, `dflash-fi bench kernels --record`, `dflash-fi profile --record`,
-# then `dflash-fi notebooks --only 07`. That is the whole change; the README lists every command.
+# then `dflash-fi notebooks --only 08`. That is the whole change; the README lists every command.
 #
 # ## Appendix
 

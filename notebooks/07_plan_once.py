@@ -1,0 +1,147 @@
+# ---
+# jupyter:
+#   jupytext:
+#     cell_metadata_filter: tags
+#     notebook_metadata_filter: kernelspec,jupytext
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 7 · Plan once: step 8
+#
+# After step 7 (notebook 6) a FlashInfer draft build waits for nothing, but still plans every draft step: `plan()`
+# (scheduling on the host, a copy of the schedule to the GPU), numpy over the bounds, and a chain of small GPU
+# operations for the page table, each launch costing the host time. The FLASH_ATTN draft's build does none of that
+# (`fast_build=True`: no ahead-of-time schedule). Step 8 plans a draft batch once and keeps the plan while the batch
+# keeps its shape; notebook 8 measures what it saves.
+
+# %% tags=["nbval-ignore-output"]
+from dflash_fi.evidence import plan as P
+from dflash_fi.notebook import check, setup, show, show_hunks, skip, verdict
+
+# The engines of "On the GPU" start now, in the background: each takes most of a minute.
+live_runs = [P.FLASH_ATTN_GRAPHS, *(P.graphs_run(step) for step in (7, 8)), P.graphs_fi_target_run(8)]
+session = setup("07_plan_once", live=live_runs)
+
+# %%
+from dflash_fi.figures.path import LANDS, STAGES
+
+landed = [name for key, name, *_ in STAGES if key in LANDS[8]]
+verdict(f"on notebook 1's picture of a draft layer's path, step 8 lands in {', '.join(landed)}: not in the selector or "
+        "the attention kernel.")
+
+# %% [markdown]
+# ## Why a plan can hold
+#
+# Unsplit (step 7), the schedule no longer depends on the lengths. Where `plan()` for FlashInfer's fa2 kernel reads
+# them:
+
+# %%
+from dflash_fi.lab.host_work import FA2_SCHEDULE_EXCERPT
+from dflash_fi.notebook import show_flashinfer_source
+
+show_flashinfer_source(*FA2_SCHEDULE_EXCERPT)
+
+# %% [markdown]
+# A length only counts its request's chunks; unsplit, every request is one chunk. Left are the batch size and
+# `qo_indptr` (and what each builder fixes: heads, page size, dtypes, ...): the key of a plan. A draft step that
+# matches it takes a short path through `build()`:
+
+# %%
+show_hunks(8, only=[1, 3], context=0, joined=True)
+
+# %% [markdown]
+# From one draft step to the next the contexts grow and the key stays; a request joining or leaving changes it, for one
+# `plan()`. DCP and NVFP4 are still refused first (notebook 3). The short path writes the page table with one launch
+# of a Triton kernel, in place of step 7's chain of GPU operations:
+
+# %%
+show_hunks(8, only=[2, 5], max_lines={2: 21, 5: 8}, context=0, joined=True)
+
+# %% [markdown]
+# One program per request sums the pages of the requests before it, writes its offsets and last-page length, and
+# copies its pages from the block table. A kept plan reads those buffers, rewritten in place by every build (hunk 4).
+# A launch through Triton's dispatch first binds the arguments, specializes on them and looks the compiled kernel up,
+# in Python, which costs the host more than the launch itself (notebook 8's anatomy of a build); the kernel is declared
+# not to specialize on what changes between calls, so once compiled the builder launches it directly (hunk 6):
+
+# %%
+show_hunks(8, only=[4, 6], max_lines={4: 12}, context=0, joined=True)
+
+# %% [markdown]
+# Step 7's copy into `_kv_lens_buffer` goes (FlashInfer's fa2 `run()` never reads it). One decode's draft steps through
+# the real builders, contexts growing, requests leaving and coming back (wrappers are doubles that count `plan()`;
+# step 8's kernel runs from its own source under Triton's CPU interpreter):
+
+# %%
+from dflash_fi.lab.host_tables import plans_table
+from dflash_fi.lab.host_work import plans_over_draft_steps
+
+over = {step: plans_over_draft_steps(step) for step in (7, 8)}
+show(plans_table(over))
+shapes = [r["draft_step"] for r in over[8] if r["new_shape"]]
+verdict(f"of {len(over[8])} draft steps, step 8 plans at {shapes}, where the batch's shape changes, and keeps the plan "
+        f"at the other {len(over[8]) - len(shapes)}; step 7 plans at every one.")
+
+# %% [markdown]
+# ## On the GPU
+#
+# FlashInfer's fa2 kernel, bf16 and fp8 KV, through the draft steps above: each kept plan against a fresh plan of the
+# same schedule, one planned by default, and the reference. Then the engines of the first cell, with CUDA graphs
+# (notebook 0, "Numbers you will see"), for the walkthrough's checks below.
+
+# %% tags=["gpu", "nbval-ignore-output"]
+from dflash_fi.lab.host_tables import plan_reuse_table
+from dflash_fi.lab.host_work import plan_reuse_errors
+
+if session.gpu_cell():
+    reused = {kv: plan_reuse_errors(kv) for kv in ("auto", "fp8")}
+    show(plan_reuse_table(reused))
+    verdict(f"a kept plan computes what a fresh plan of the same schedule does (largest difference "
+            f"{max(r['reused_vs_fresh_unsplit'] for v in reused.values() for r in v):.1e}), over page tables step 8's "
+            "kernel wrote, launched directly after its first launch.")
+
+# %% tags=["gpu"]
+live = session.run_live(live_runs)
+
+# %% [markdown]
+# ### Check
+
+# %% tags=["nbval-ignore-output"]
+from dflash_fi.lab.graphs import cudagraph_claims
+from dflash_fi.vocabulary import HOPPER
+
+claims = cudagraph_claims(8, HOPPER)
+check("step 8 keeps SM 9.0's FULL_AND_PIECEWISE, with a FLASH_ATTN and a FlashInfer target",
+      {claims["resolved_mode"], claims["resolved_mode_flashinfer_target"]} == {"FULL_AND_PIECEWISE"})
+check("step 8 plans once per batch shape, step 7 every draft step, on exact page tables",
+      [r["plans"] for r in over[8]] == [r["new_shape"] for r in over[8]] and all(r["plans"] for r in over[7])
+      and all(r["reads_exact_page_table"] for rows in over.values() for r in rows))
+if session.on_gpu:
+    check("FlashInfer's kernel computes on kept plans what it does on fresh ones, over exact page tables",
+          all(r["page_table_exact"] and r["reused_vs_fresh_unsplit"] == 0 for v in reused.values() for r in v))
+else:
+    skip("FlashInfer's kernel on kept plans, against fresh plans", "no CUDA GPU here")
+session.check_walkthrough(live_runs);
+
+# %% [markdown]
+# ## What you saw, and what's next
+#
+# Step 8 plans a draft batch once per shape (an unsplit fa2 schedule depends on nothing else), keeps the plan while
+# the contexts grow, and writes the exact page table in one launch, past Triton's dispatch. Next, notebook 8: what the
+# final FlashInfer draft costs against the FLASH_ATTN draft.
+#
+# ## Appendix
+
+# %% tags=["appendix"]
+from dflash_fi.notebook import show_step_diff
+
+show_step_diff(8)
