@@ -2,9 +2,10 @@
 Every check names the runs it needs (`RunId`s); without a GPU, this list is what is not run. Tolerances, and why:
  - vLLM runs the pair in bf16, the reference decoder in fp32: greedy choices differ on near-ties, the
    sequences then diverge and draft different blocks, so tau is compared within 5% relative.
- - FLASH_ATTN and FlashInfer draft kernels sum in different orders (bf16): tau within 1%. The same 1% holds
-   between engines of the same step: bf16 draft near-ties flip with the engine's memory settings, output
-   tokens unchanged (runs/nvidia-h200.engine-variation.json).
+ - FLASH_ATTN and FlashInfer draft kernels sum in different orders (bf16): tau within 1% on the same output. The
+   same 1% holds between engines of the same step: bf16 draft near-ties flip with the engine's memory settings,
+   output tokens unchanged (runs/nvidia-h200.engine-variation.json). Where two outputs part (at near-ties, which
+   the near-tie rule judges), tau is scored on other text and compared within 5%, as above.
  - fp8 KV quantises the cached K/V of target and draft, and changes the target's own output, so its tau is
    measured on other text. An fp8 row shows that non-causal drafting survives fp8: its tau must stay above
    the midpoint between the reference decoder's causal and non-causal tau.
@@ -54,6 +55,16 @@ class CheckSpec:
     name: str
     needs: tuple[RunId, ...]
     judge: Callable[[list[EngineRecord], dict], tuple[bool, str]]  # (records in `needs` order, context)
+    workloads: tuple[Workload, ...] = (Workload.UNIFORM,)  # what each record in `needs` must have generated
+
+    def missing(self, records: dict[RunId, EngineRecord]) -> str | None:
+        """Why these records cannot be checked (a run, or a workload of one, not recorded), or None."""
+        if absent := [run for run in self.needs if run not in records]:
+            return f"no record of {', '.join(repr(label(r)) for r in absent)}"
+        if absent := [(run, w) for run in self.needs for w in self.workloads if records[run].generate(w) is None
+                      and records[run].ok]:
+            return "no " + ", ".join(f"{w.value} workload in {label(run)!r}" for run, w in absent)
+        return None
 
 
 def _cut(text: str, width: int) -> str:  # at most `width` characters, cut between words
@@ -82,10 +93,18 @@ def _tau(record: EngineRecord, workload: Workload) -> float | None:
 
 def _same_tau(record: EngineRecord, other: EngineRecord, tolerance: float = KERNEL_TOLERANCE,
               workload: Workload = Workload.UNIFORM) -> tuple[bool, str]:
+    """tau within `tolerance` where the two outputs are the same text; where they parted (at near-ties: the identity
+    checks judge that), the drafts were scored on other text, and tau is compared as across diverged sequences."""
     if why := _runs(record, other):
         return False, why
     a, b = _tau(record, workload), _tau(other, workload)
-    return _rel(a, b) <= tolerance, f"tau {a:.4f} vs {b:.4f} ({_rel(a, b):.2%}, tolerance {tolerance:.0%})"
+    ours, theirs = record.generate(workload), other.generate(workload)
+    note = ""
+    if ours.tokens_sha256 != theirs.tokens_sha256:
+        tolerance = max(tolerance, REFERENCE_TOLERANCE)
+        parted = sum(x != y for x, y in zip(ours.tokens, theirs.tokens)) if ours.tokens and theirs.tokens else None
+        note = f"; outputs parted{f' on {parted} of {ours.num_requests} requests' if parted else ''}, other text"
+    return _rel(a, b) <= tolerance, f"tau {a:.4f} vs {b:.4f} ({_rel(a, b):.2%}, tolerance {tolerance:.0%}{note})"
 
 
 def _identical(record: EngineRecord, baseline: EngineRecord, ctx: dict,
@@ -169,13 +188,14 @@ def _mixed_checks() -> list[CheckSpec]:
     for run in P.mixed_rows():
         for baseline in P.baselines()[run]:
             out.append(CheckSpec(f"{label(run)}, mixed batches: output identical to {label(baseline)!r} (near-tie rule)",
-                                 (run, baseline), lambda r, ctx: _identical(r[0], r[1], ctx, Workload.MIXED)))
+                                 (run, baseline), lambda r, ctx: _identical(r[0], r[1], ctx, Workload.MIXED),
+                                 (Workload.MIXED,)))
         # A FlashInfer target changes the target's own output, so its tau is measured on other text.
         tolerance = REFERENCE_TOLERANCE if run.target_backend == "FLASHINFER" else KERNEL_TOLERANCE
         out.append(CheckSpec(f"{label(run)}, mixed batches: tau within {tolerance:.0%} of the FLASH_ATTN draft's, "
                              "and the batch changed shape", (run, P.FLASH_ATTN_GRAPHS),
                              lambda r, ctx, t=tolerance: _both(_same_tau(r[0], r[1], t, Workload.MIXED),
-                                                               _mixed_batches_happened(r[0]))))
+                                                               _mixed_batches_happened(r[0])), (Workload.MIXED,)))
     return out
 
 
@@ -192,7 +212,8 @@ def _step_checks() -> list[CheckSpec]:
             CheckSpec(f"step {s}, CUDA graphs: the engine keeps FULL_AND_PIECEWISE, with FlashInfer as target too",
                       (P.graphs_run(s), P.graphs_fi_target_run(s)),
                       lambda r, ctx: _both(_graph_mode(r[0], "FULL_AND_PIECEWISE"), _graph_mode(r[1], "FULL_AND_PIECEWISE"))),
-            CheckSpec(f"step {s}, CUDA graphs: tau within 1% of the FLASH_ATTN draft's", (P.graphs_run(s), P.FLASH_ATTN_GRAPHS),
+            CheckSpec(f"step {s}, CUDA graphs: tau within 1% of the FLASH_ATTN draft's (5% where outputs parted)",
+                      (P.graphs_run(s), P.FLASH_ATTN_GRAPHS),
                       lambda r, ctx: _same_tau(r[0], r[1]))]
     for s in graph_steps[1:]:
         out += [
@@ -246,9 +267,8 @@ def check_records(records: dict[RunId, EngineRecord], reference: dict, margin: d
     ctx = {"reference": reference, "margin": margin}
     results = []
     for spec in checks():
-        missing = [run for run in spec.needs if run not in records]
-        if missing:
-            results.append(Check(spec.name, Verdict.NOT_RUN, f"no record of {', '.join(repr(label(r)) for r in missing)}"))
+        if why := spec.missing(records):
+            results.append(Check(spec.name, Verdict.NOT_RUN, why))
             continue
         try:
             passed, detail = spec.judge([records[run] for run in spec.needs], ctx)

@@ -208,8 +208,11 @@ def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]
         kv = torch.randn(max(int(c.block_table_tensor.max()) for c in cads) + 8, 2, KV_PAGE_SIZE, hkv, d,
                          dtype=torch.bfloat16, device="cuda")
         kv = kv.to(torch.float8_e4m3fn) if kv_cache_dtype == "fp8" else kv
-        fresh = BatchPrefillWithPagedKVCacheWrapper(torch.empty(128 << 20, dtype=torch.uint8, device="cuda"), "NHD",
-                                                    backend=lab.module.NON_CAUSAL_PREFILL_BACKEND)
+        # One wrapper per schedule: plan() writes its pinned host buffer at once and copies it to the GPU later, so
+        # a wrapper planned again before its last run has run would hand that run the new plan.
+        fresh = {split: BatchPrefillWithPagedKVCacheWrapper(torch.empty(128 << 20, dtype=torch.uint8, device="cuda"),
+                                                            "NHD", backend=lab.module.NON_CAUSAL_PREFILL_BACKEND)
+                 for split in (True, False)}
         for index, (step, cad) in enumerate(zip(PLAN_REUSE_STEPS, cads)):
             q = torch.randn(cad.num_actual_tokens, hq, d, dtype=torch.bfloat16, device="cuda")
             plans_before = sum(w is builder._noncausal_prefill_wrapper for w in planned)
@@ -226,11 +229,12 @@ def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]
                        builder.paged_kv_indices.gpu[: int(indptr[-1])])
             outputs = []
             for disable_split_kv in (True, False):
-                fresh.plan(cad.query_start_loc_cpu, indptr, indices, last_page_len, hq, hkv, d, KV_PAGE_SIZE,
-                           causal=False, sm_scale=builder.sm_scale, window_left=builder.window_left,
-                           logits_soft_cap=builder.logits_soft_cap, q_data_type=torch.bfloat16,
-                           kv_data_type=kv.dtype, o_data_type=torch.bfloat16, disable_split_kv=disable_split_kv)
-                outputs.append(fresh.run(q, kv).float())
+                wrapper = fresh[disable_split_kv]
+                wrapper.plan(cad.query_start_loc_cpu, indptr, indices, last_page_len, hq, hkv, d, KV_PAGE_SIZE,
+                             causal=False, sm_scale=builder.sm_scale, window_left=builder.window_left,
+                             logits_soft_cap=builder.logits_soft_cap, q_data_type=torch.bfloat16,
+                             kv_data_type=kv.dtype, o_data_type=torch.bfloat16, disable_split_kv=disable_split_kv)
+                outputs.append(wrapper.run(q, kv).float())
             ref = paged_attention_reference(q, kv.float(), cad.block_table_tensor, lengths, cad.query_start_loc_cpu,
                                             causal=False).float()
             rows.append({"step": index, "batch": step.batch.name, "kv_dtype": kv_cache_dtype,

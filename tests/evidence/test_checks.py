@@ -189,6 +189,35 @@ def test_a_record_without_what_a_check_reads_is_not_run():
     assert results[by_start("RTX 4090 case, step 4")].verdict is Verdict.NOT_RUN
 
 
+def test_a_record_without_the_workload_a_check_reads_is_not_run_and_a_notebook_does_not_ask():
+    """A notebook's live engines generate the uniform workload only: the mixed-batch checks on them are not run."""
+    records = good_records()
+    records[G(6)] = replace(records[G(6)], generates={"uniform": records[G(6)].generate("uniform")})
+    results = {c.name: c for c in check_records(records, REFERENCE, MARGIN)}
+    mixed = results[by_start(f"{label(G(6))}, mixed batches: tau")]
+    assert mixed.verdict is Verdict.NOT_RUN and "no mixed workload" in mixed.detail
+    assert results[by_start("step 6, CUDA graphs: the engine keeps")].verdict is Verdict.PASS
+    spec = next(c for c in checks() if c.name == mixed.name)
+    assert spec.missing(records) and spec.missing(good_records()) is None
+
+
+def test_tau_is_compared_within_1pct_on_the_same_output_and_within_5pct_where_outputs_parted():
+    """The FLASH_ATTN draft's graphs run can part from plain decoding at a near-tie where the FlashInfer draft does
+    not: the two drafts are then scored on other text."""
+    name = by_start("step 6, CUDA graphs: tau within 1% of the FLASH_ATTN draft's")
+    parted = ((1, 2, 3), (4, 5, 7))
+
+    def judged(tau, tokens=TOKENS):
+        records = good_records()
+        records[G(6)] = ok(G(6), tau, tokens=tokens, graphs="FULL_AND_PIECEWISE")
+        return {c.name: c for c in check_records(records, REFERENCE, MARGIN)}[name]
+
+    assert judged(4.1).verdict is Verdict.FAIL  # 2.5% on the same text
+    ok_parted = judged(4.1, parted)
+    assert ok_parted.verdict is Verdict.PASS and "outputs parted on 1 of 2 requests" in ok_parted.detail
+    assert judged(4.3, parted).verdict is Verdict.FAIL  # 7.5%: more than other text explains
+
+
 def test_every_run_gets_the_same_kv_cache_and_asks_for_logprobs():
     specs = walkthrough_plan()
     sizes = {spec.num_gpu_blocks for spec in specs}
