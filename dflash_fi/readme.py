@@ -82,9 +82,10 @@ def verdict() -> str:
         manifest, records, source, checks, _ = walkthrough
         counts = {v: sum(c.verdict is v for c in checks) for v in CheckVerdict}
         made = next(iter(records.values())).provenance
-        lines.append(f"- The walkthrough: {counts[CheckVerdict.PASS]} of {len(checks)} checks pass on its records "
-                     f"({counts[CheckVerdict.FAIL]} fail, {counts[CheckVerdict.NOT_RUN]} not run); {len(records)} "
-                     f"engines, walkthrough {manifest.id} on {made.gpu}, commit {(made.git_commit or '?')[:10]}.")
+        lines.append(f"- The walkthrough: {counts[CheckVerdict.PASS]} of {len(checks)} checks pass on its records, "
+                     f"judged by this commit's checks ({counts[CheckVerdict.FAIL]} fail, {counts[CheckVerdict.NOT_RUN]} "
+                     f"not run); {len(records)} engines, walkthrough {manifest.id} on {made.gpu}, commit "
+                     f"{(made.git_commit or '?')[:10]} (its own verdicts: its transcript under `runs/`).")
     else:
         lines.append("- The walkthrough: no GPU walkthrough is recorded yet.")
     turns = _turns()
@@ -113,7 +114,9 @@ def results_page() -> str:
         manifest, records, source, checks, margin = walkthrough
         parts += ["## The walkthrough", "", source, "", render_table(records), "",
                   "### Mixed batches (the same engines' second workload)", "", render_mixed_table(records), "",
-                  "### Its checks", "", *(f"- {c.line()}" for c in checks), ""]
+                  "### Its checks", "", "Judged now, by this commit's check code, on the records as they were written (what "
+                  "the run itself judged is in its transcript, `runs/*.walkthrough-<id>.txt`).", "",
+                  *(f"- {c.line()}" for c in checks), ""]
         if margin:
             parts += [f"Near-tie margin: {margin['margin']:.3f} nats (`runs/{margin['file']}`).", ""]
     turns = _turns()

@@ -129,10 +129,11 @@ def step_times(worker, install: bool = False) -> list[float]:
     return intervals
 
 
-def _importable(file: str) -> str:
-    """A source file as its package's path (`flashinfer/prefill.py`): relative to the sys.path entry holding it."""
+def importable_path(file: str) -> str:
+    """A source file as its package's path (`flashinfer/prefill.py`): relative to the sys.path entry holding it, or
+    else to a site-packages folder in its path."""
     roots = [p for p in sys.path if p and file.startswith(p.rstrip("/") + "/")]
-    return file[len(max(roots, key=len).rstrip("/")) + 1:] if roots else file
+    return file[len(max(roots, key=len).rstrip("/")) + 1:] if roots else file.split("site-packages/")[-1]
 
 
 def reset_build_profiles(worker) -> None:
@@ -152,7 +153,7 @@ def build_profiles(worker, top: int = 30) -> list[dict]:
         rows = sorted(stats.items(), key=lambda item: -item[1][2])[:top]
         out.append({"key": {"role": role, "backend": backend, "layers": layers},
                     "total_s": sum(v[2] for v in stats.values()),
-                    "functions": [{"function": func, "file": _importable(file), "line": line,
+                    "functions": [{"function": func, "file": importable_path(file), "line": line,
                                    "calls": calls, "own_s": own, "cumulative_s": cumulative}
                                   for (file, line, func), (_, calls, own, cumulative, _) in rows]})
     return out

@@ -148,13 +148,15 @@ def source_excerpt(function, blocks: list[tuple[str, str]], mark: tuple[str, ...
 def file_excerpt(path, start: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = (),
                  language: str = "python") -> Listing:
     """`excerpt` of a file's text from the first line matching `start` (kept as the excerpt's first line), headed by
-    the file's path after site-packages."""
+    the file's path below the sys.path entry that holds it (wherever the machine installed it)."""
     from pathlib import Path
+
+    from dflash_fi.engine.instruments import importable_path
 
     lines = Path(path).read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if re.search(start, line))
     code, marked = excerpt("\n".join(lines[first:]), blocks, mark, head=0)
-    return code_block(code, str(path).split("site-packages/")[-1], tuple(marked), language=language)
+    return code_block(code, importable_path(str(path)), tuple(marked), language=language)
 
 
 def stack(*listings: Listing) -> Listing:
