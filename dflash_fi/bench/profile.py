@@ -4,14 +4,15 @@ Engines with vLLM's CUDA graphs on the embedded pair, the FLASH_ATTN draft and t
 the final one and at the final one, at batch 1 and batch 32 (held-out prompts decoded together), each build under cProfile
 (DFLASH_FI_PROFILE_BUILDS): per builder, its builds and the functions that took the most of its own time, with file
 and line. A short generate first compiles what the first builds compile (Triton's kernels, once per process); the
-profiles start after it, so they show steady decoding steps. The profiler slows what it watches: read where the time goes, not how much (the engine benchmark times).
+profiles start after it, so they show steady decoding steps. The profiler slows what it watches: read where the time
+goes, not how much (the engine benchmark times).
 The engines share the GPU, as correctness runs do.
 """
 
 from __future__ import annotations
 
 from dflash_fi.engine.identity import RunId
-from dflash_fi.engine.instruments import PROFILE_BUILDS_ENV
+from dflash_fi.engine.instruments import PROFILE_BUILDS_ENV, importable_path
 from dflash_fi.engine.spec import RunSpec
 
 BATCHES = (1, 32)
@@ -82,18 +83,10 @@ def anatomy_rows(profile: dict, batch: int, role: str = "draft step", top: int |
         builds = {t.key: t.builds for g in record.generates.values() for t in g.builds}
         for p in (p for p in record.build_profiles if p.key.role is Role(role)):
             n = max(builds.get(p.key, 1), 1)
-            rows += [{"run": record.run, "key": p.key, "function": f.function, "file": _importable(f.file), "line": f.line,
-                      "calls_per_build": f.calls / n, "own_ms_per_build": f.own_s * 1000 / n}
+            rows += [{"run": record.run, "key": p.key, "function": f.function, "file": importable_path(f.file),
+                      "line": f.line, "calls_per_build": f.calls / n, "own_ms_per_build": f.own_s * 1000 / n}
                      for f in p.functions[:top]]
     return rows
-
-
-def _importable(file: str) -> str:
-    """A profiled file as its package's path (`flashinfer/prefill.py`), wherever the machine installed it (profiles
-    recorded before the engine shortened paths itself keep the install folder, e.g. `/tmp/site/`)."""
-    import re
-
-    return re.sub(r"^.*/(?:site-packages|site)/", "", file)
 
 
 def anatomy(profile: dict, batch: int, role: str = "draft step", top: int = 6) -> str:

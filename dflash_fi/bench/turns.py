@@ -144,7 +144,8 @@ def _interval(e: Estimate | None, fmt: str) -> str:
 
 def targets_table(turns: Turns) -> str:
     """Markdown: each target, the final FlashInfer draft's estimate and 95% interval, the A/A pair's, the verdict."""
-    wanted = {"tokens/s": f"tokens/s at the median step at least {TOKENS_TARGET.threshold}x (low end {TOKENS_TARGET.floor}x)",
+    wanted = {"tokens/s": f"tokens/s at the median step at least {TOKENS_TARGET.threshold}x "
+                          f"(low end {TOKENS_TARGET.floor}x)",
               "step time": f"step time at most {STEP_GAP_TARGET.threshold:+.0%}",
               "host build": f"host build per step at most {BUILD_TARGET_MS.threshold:+} ms"}
     fmt = {"tokens/s": "{:.3f}x", "step time": "{:+.1%}", "host build": "{:+.3f} ms"}

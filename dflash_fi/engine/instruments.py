@@ -131,9 +131,13 @@ def step_times(worker, install: bool = False) -> list[float]:
 
 def importable_path(file: str) -> str:
     """A source file as its package's path (`flashinfer/prefill.py`): relative to the sys.path entry holding it, or
-    else to a site-packages folder in its path."""
+    else to an install folder in its path (site-packages, or the GPU bundle's `/tmp/site/` in older records)."""
+    import re
+
     roots = [p for p in sys.path if p and file.startswith(p.rstrip("/") + "/")]
-    return file[len(max(roots, key=len).rstrip("/")) + 1:] if roots else file.split("site-packages/")[-1]
+    if roots:
+        return file[len(max(roots, key=len).rstrip("/")) + 1:]
+    return re.sub(r"^.*/(?:site-packages|site)/", "", file)
 
 
 def reset_build_profiles(worker) -> None:

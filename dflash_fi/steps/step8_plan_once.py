@@ -27,9 +27,9 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   `paged_kv_indptr`, `paged_kv_last_page_len` and `paged_kv_indices` from `seq_lens` and the block table, one
   program per request (each sums the pages of the requests before it), into the builder's persistent GPU
   buffers. After its first launch the builder launches the compiled kernel itself: Triton's dispatch (binding the
-  arguments, specializing on them, looking the kernel up) costs the host more than the launch, and the kernel is
-  declared not to specialize on what changes between calls (`do_not_specialize`), as PyTorch Inductor's launchers
-  skip it too. The planned wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
+  arguments, specializing on them, looking the kernel up) cost the host more than the launch in the profile taken
+  before this hunk (`runs/nvidia-h200.build-profile-c97f3e8.json`: `JITFunction.run` against the launcher), and the
+  kernel is declared not to specialize on what changes between calls (`do_not_specialize`). The planned wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
   `_paged_kv_last_page_len_buf`); its `_qo_indptr_buf` and its plan are plan()'s own and hold with the key.
   Step 7's copy of `seq_lens` into the wrapper's `_kv_lens_buffer` goes: FA2's `run()` never hands that
   buffer to its kernel (in FlashInfer's `prefill.py` only the trtllm-gen kernel reads it).
