@@ -100,6 +100,18 @@ def verdict() -> str:
     return "\n".join(lines)
 
 
+def _vcpus(turns) -> str:
+    from dflash_fi.bench.turns import vcpu_spread
+
+    spread = vcpu_spread(turns)
+    if spread is None:
+        return " Engines ran on whichever vCPU the kernel gave them."
+    return (f" Each turn's engine ran its main thread on the vCPU fastest at the turn's start: a loop of pure Python took"
+            f" {spread['chosen']:.2f} ms there against {spread['others']:.2f} ms on the other vCPUs (medians), and "
+            f"{spread['after']:.2f} ms on it after the turn; {spread['stayed']:.0%} of turns' vCPUs were at most 10% "
+            "slower after than before.")
+
+
 def results_page() -> str:
     """docs/RESULTS.md, whole."""
     from dflash_fi.bench.results import build_summary, kernel_pivot, kernel_pivot_table, kernel_summary, latest_kernels
@@ -125,7 +137,7 @@ def results_page() -> str:
         parts += ["## Engines in turns", "", f"{turns.gpu} (SM {turns.compute_capability}), `runs/{turns.file}` "
                   f"(commit {turns.git_commit[:10]}, {turns.finished_at}); round 1 warms up and is not measured. Idle "
                   f"engines used {cpu['free']:.2f} CPU s (median) during another engine's round while running free "
-                  f"(round 1) and {cpu['stopped']:.2f} CPU s while stopped (the measured rounds).", "",
+                  f"(round 1) and {cpu['stopped']:.2f} CPU s while stopped (the measured rounds).{_vcpus(turns)}", "",
                   "### Targets", "", targets_table(turns), ""]
         for pair in turns.pairs():
             parts += [f"### {pair.value}", "", turns_table(turns, pair), ""]

@@ -52,11 +52,21 @@ show_flashinfer_source(*FA2_SCHEDULE_EXCERPT)
 
 # %% [markdown]
 # A length only counts its request's chunks; unsplit, every request is one chunk. Left are the batch size and
-# `qo_indptr` (and what each builder fixes: heads, page size, dtypes, ...): the key of a plan. A draft step that
-# matches it takes a short path through `build()`:
+# `qo_indptr` (and what each builder fixes: heads, page size, dtypes, ...). A DFlash draft block is 16 queries for
+# every request, so `qo_indptr` follows from the batch size and the block's length, and one integer of it, the
+# total, tells that a batch is made of such blocks. The batch size and the block's length are the key of a plan:
 
 # %%
-show_hunks(8, only=[1, 3], context=0, joined=True)
+show_hunks(8, only=[1, 4], max_lines={4: 26}, context=0, joined=True)
+
+# %% [markdown]
+# Comparing the whole `qo_indptr` instead (with numpy, on its host copy) cost the host as much as launching the page
+# table's kernel, in a profile of the builds (`runs/nvidia-h200.build-profile-31f293d.json`). A batch of uneven
+# queries keeps no key and is planned every time, as at step 7; DFlash never drafts one. A draft step that matches the
+# key takes a short path through `build()`:
+
+# %%
+show_hunks(8, only=[3], context=0)
 
 # %% [markdown]
 # From one draft step to the next the contexts grow and the key stays; a request joining or leaving changes it, for one
@@ -64,17 +74,18 @@ show_hunks(8, only=[1, 3], context=0, joined=True)
 # of a Triton kernel, in place of step 7's chain of GPU operations:
 
 # %%
-show_hunks(8, only=[2, 5], max_lines={2: 21, 5: 8}, context=0, joined=True)
+show_hunks(8, only=[2, 6], max_lines={2: 21, 6: 8}, context=0, joined=True)
 
 # %% [markdown]
 # One program per request sums the pages of the requests before it, writes its offsets and last-page length, and
-# copies its pages from the block table. A kept plan reads those buffers, rewritten in place by every build (hunk 4).
+# copies its pages from the block table. A kept plan reads those buffers, rewritten in place by every build (hunk 5).
 # A launch through Triton's dispatch first binds the arguments, specializes on them and looks the compiled kernel up,
-# in Python, which costs the host more than the launch itself (notebook 8's anatomy of a build); the kernel is declared
-# not to specialize on what changes between calls, so once compiled the builder launches it directly (hunk 6):
+# in Python, which cost the host more than the launch itself in a profile taken before hunk 7
+# (`runs/nvidia-h200.build-profile-c97f3e8.json`); the kernel is declared not to specialize on what changes between
+# calls, so once compiled the builder launches it directly (hunk 7):
 
 # %%
-show_hunks(8, only=[4, 6], max_lines={4: 12}, context=0, joined=True)
+show_hunks(8, only=[5, 7], max_lines={5: 12}, context=0, joined=True)
 
 # %% [markdown]
 # Step 7's copy into `_kv_lens_buffer` goes (FlashInfer's fa2 `run()` never reads it). One decode's draft steps through

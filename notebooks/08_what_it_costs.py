@@ -43,13 +43,15 @@ for read in (r for r in (turns and vars(turns), profile, kernels) if r):
 # seconds apart. Round 1 warms up; idle engines are stopped from round 2 on. Per measured round, the final FlashInfer
 # draft's tokens/s at the median step (embedded pair: tokens per engine step over the median interval between steps,
 # which leaves the host's stalls out) or step time (the Qwen3-4B shape: random weights, so only time means anything)
-# over the FLASH_ATTN draft's; the estimate is their geometric mean, with a *95% interval* resampled over the rounds. A second FLASH_ATTN draft engine, the *A/A pair*, differs in nothing: its interval is how far noise
-# reaches. A target is *met* when the whole interval lies on its side, *missed* when it lies on the other, and
-# *unresolved* when it straddles the line.
+# over the FLASH_ATTN draft's; the estimate is their geometric mean, with a *95% interval* resampled over the rounds.
+# A second FLASH_ATTN draft engine, the *A/A pair*, differs in nothing: its interval is how far noise reaches. A
+# target is *met* when the whole interval lies on its side, *missed* when it lies on the other, and *unresolved* when
+# it straddles the line. The GPU machine's vCPUs are not equally fast, nor for long, and a host-bound engine is as fast
+# as the vCPU its main thread runs on: each turn's engine is held on the vCPU fastest when the turn starts.
 
 # %%
 from dflash_fi.bench.stats import Verdict
-from dflash_fi.bench.turns import idle_cpu, targets, targets_table
+from dflash_fi.bench.turns import idle_cpu, targets, targets_table, vcpu_spread
 
 if turns:
     show(targets_table(turns))
@@ -57,9 +59,13 @@ if turns:
     counts = ", ".join(f"{sum(t.verdict is v for t in judged)} {v.value}" for v in Verdict if any(t.verdict is v
                                                                                                   for t in judged))
     noise = max((t.aa.high - t.aa.low for t in judged if t.aa and t.what == "tokens/s"), default=float("nan"))
+    spread = vcpu_spread(turns)
+    held = ("" if spread is None else f" The vCPU a turn ran on took {spread['chosen']:.2f} ms for a loop the others "
+            f"then took {spread['others']:.2f} ms for (medians); {spread['stayed']:.0%} of them were at most 10% slower "
+            "after the turn.")
     verdict(f"of {len(judged)} targets: {counts}. The A/A pair's tokens/s intervals are up to {noise:.3f} wide: the "
             f"noise floor. Idle engines took {cpu['free']:.2f} CPU s per round while they ran free, {cpu['stopped']:.2f} "
-            "s once stopped.")
+            f"s once stopped.{held}")
 else:
     print("not recorded yet: no engine benchmark with intervals (schema 2) under runs/")
 

@@ -5,7 +5,8 @@ in each round, per model pair and per batch size, every engine of the pair in tu
 only one engine works at a time and the engines compared at one batch size work seconds apart: whatever the machine
 does falls on them alike. From round 2 on the idle engines are stopped, so they take no host time from the working
 one (each round records what they took), and a continued engine settles with a short unmeasured generate before its
-measured ones. Round 1 warms every batch size up and is not measured. Round r of two engines is a pair: the benchmark
+measured ones. The VM's vCPUs are not equally fast, nor for long: each turn's engine runs its main thread on the vCPU
+fastest at the turn's start (`dflash_fi.engine.vcpus`; each turn records it). Round 1 warms every batch size up and is not measured. Round r of two engines is a pair: the benchmark
 reports the geometric mean of their ratio over the measured pairs, with a 95% bootstrap interval
 (`dflash_fi.bench.stats`); a second FLASH_ATTN draft engine (the A/A pair) shows the interval when nothing differs.
 The results file keeps every round.

@@ -208,3 +208,18 @@ def idle_cpu(turns: Turns) -> dict[str, float]:
     later = [r.others_cpu_s for e in turns.engines.values() for r in e.rounds if r.index > 1 and r.others_cpu_s is not None]
     return {"free": statistics.median(first) if first else float("nan"),
             "stopped": statistics.median(later) if later else float("nan")}
+
+
+def vcpu_spread(turns: Turns) -> dict[str, float] | None:
+    """Over the measured turns (`dflash_fi.engine.vcpus`): the loop's ms on the vCPU each turn ran on and on the other
+    vCPUs then (medians), and the share of turns whose vCPU was at most 10% slower after the turn than before it.
+    None for a benchmark that did not choose vCPUs."""
+    held = [b.cpu for e in turns.engines.values() for r in e.rounds if r.index > turns.warm_up_rounds
+            for b in r.batches if b.cpu]
+    if not held:
+        return None
+    return {"chosen": statistics.median(c.loop_ms for c in held),
+            "others": statistics.median(c.others_median_loop_ms for c in held),
+            "after": statistics.median(c.loop_ms_after for c in held),
+            "stayed": sum(c.loop_ms_after <= 1.1 * c.loop_ms for c in held) / len(held)}
+

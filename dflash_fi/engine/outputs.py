@@ -109,11 +109,24 @@ class GenerateResult:
 
 
 @dataclass(frozen=True)
+class TurnCpu:
+    """The vCPU a benchmark turn's engine ran its main thread on (`dflash_fi.engine.vcpus`), and the ms of the same
+    loop of pure Python on it before the turn, on the other vCPUs then (their median), and on it after the turn."""
+
+    cpu: int
+    loop_ms: float
+    others_median_loop_ms: float
+    loop_ms_after: float
+
+
+@dataclass(frozen=True)
 class BatchRun:
-    """A benchmark round at one batch size: its generates (tokens/s of each, the rest of the typical one)."""
+    """A benchmark round at one batch size: its generates (tokens/s of each, the rest of the typical one), and the
+    vCPU the turn ran on (None where the benchmark did not choose one)."""
 
     batch: int
     generates: tuple[GenerateResult, ...]
+    cpu: TurnCpu | None = None
 
     @property
     def tokens_per_s(self) -> float:

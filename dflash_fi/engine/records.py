@@ -15,7 +15,8 @@ from enum import Enum
 
 from dflash_fi.engine.identity import RunId, Workload
 from dflash_fi.engine.outputs import (Acceptance, BatchRun, BuildKey, BuildProfile, BuildTiming, GenerateResult,
-                                      ProfiledFunction, Role, Round, StepTimes, decoding_steps, generate_from_json)
+                                      ProfiledFunction, Role, Round, StepTimes, TurnCpu, decoding_steps,
+                                      generate_from_json)
 from dflash_fi.engine.spec import BenchPlan, RunSpec
 
 SCHEMA = 2
@@ -122,7 +123,8 @@ class EngineRecord:
             flash_attn_version=data.get("flash_attn_version"),
             flash_attn_log_lines=tuple(data.get("flash_attn_log_lines", ())), engine_start_s=data.get("engine_start_s"),
             generates={Workload(w): generate_from_json(g) for w, g in (data.get("generates") or {}).items()},
-            rounds=tuple(Round(r["index"], tuple(BatchRun(b["batch"], tuple(generate_from_json(g) for g in b["generates"]))
+            rounds=tuple(Round(r["index"], tuple(BatchRun(b["batch"], tuple(generate_from_json(g) for g in b["generates"]),
+                                                          TurnCpu(**b["cpu"]) if b.get("cpu") else None)
                                                  for b in r["batches"]), r.get("others_cpu_s"))
                          for r in data.get("rounds", ())),
             build_profiles=tuple(BuildProfile(BuildKey(**p["key"]), p["total_s"],
@@ -166,5 +168,5 @@ def short_backend(backend: Backend) -> str:
 
 
 __all__ = ["Acceptance", "Backend", "BatchRun", "BenchPlan", "BuildKey", "BuildProfile", "BuildTiming", "EngineRecord",
-           "Failure", "GenerateResult", "Phase", "ProfiledFunction", "Provenance", "Role", "Round", "StepTimes",
+           "Failure", "GenerateResult", "Phase", "ProfiledFunction", "Provenance", "Role", "Round", "StepTimes", "TurnCpu",
            "decoding_steps", "outcome", "short_backend"]

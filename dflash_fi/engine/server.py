@@ -11,7 +11,8 @@ Idle engines must not take the host from the working one: an idle vLLM process s
 after its turn, spinning OpenMP workers). So from round 2 on, every engine but the working one is stopped
 (SIGSTOP, its whole process tree) and continued for its own turn. Each round records the CPU seconds the other
 engines' processes used during the engine's turns: round 1, with nobody stopped, shows what idle engines take when
-they are not.
+they are not. Each turn's engine runs its main thread on the vCPU that is fastest when the turn starts
+(`dflash_fi.engine.vcpus`), and the turn records it.
 """
 
 from __future__ import annotations
@@ -26,9 +27,10 @@ from multiprocessing.connection import Listener
 from pathlib import Path
 
 from dflash_fi.engine.identity import RunId, label
-from dflash_fi.engine.records import EngineRecord, Failure, Phase
+from dflash_fi.engine.records import EngineRecord, Failure, Phase, TurnCpu
 from dflash_fi.engine.runner import EngineProcess
 from dflash_fi.engine.spec import RunSpec
+from dflash_fi.engine.vcpus import FastestVcpu
 
 
 def children_of() -> dict[int, list[int]]:
@@ -77,6 +79,7 @@ class _Served:
         self.connection = None
         self.failed: str | None = None
         self.rounds_cpu: dict[int, float] = {}  # round -> the other engines' CPU seconds during it
+        self.turn_cpus: dict[tuple[int, int], TurnCpu] = {}  # (round, batch) -> the vCPU the turn ran on
         self._accepting = threading.Thread(target=self._accept, daemon=True)
         self._accepting.start()
 
@@ -137,7 +140,10 @@ class _Served:
         self.listener.close()
         if self.failed and record.ok:
             record = replace(record, ok=False, failure=Failure("BenchmarkError", self.failed, Phase.ROUNDS))
-        rounds = tuple(replace(r, others_cpu_s=self.rounds_cpu.get(r.index)) for r in record.rounds)
+        rounds = tuple(replace(r, others_cpu_s=self.rounds_cpu.get(r.index),
+                               batches=tuple(replace(b, cpu=self.turn_cpus.get((r.index, b.batch)))
+                                             for b in r.batches))
+                       for r in record.rounds)
         return replace(record, rounds=rounds)
 
 
@@ -157,13 +163,15 @@ def schedule(specs: list[RunSpec], index: int) -> list[tuple[int, int]]:
 
 def run_in_turns(specs: list[RunSpec], rounds: int, command: str, gpu: str | None = None,
                  start_timeout_s: int = 420, turn_timeout_s: int = 300, print_fn=print,
-                 module: str = "dflash_fi.engine.child", env_of=None, pause_idle: bool = True) -> dict[RunId, EngineRecord]:
+                 module: str = "dflash_fi.engine.child", env_of=None, pause_idle: bool = True,
+                 fastest_vcpu: bool = True) -> dict[RunId, EngineRecord]:
     """Start every engine, then `rounds` rounds of turns (`schedule`); records by run, each with its rounds. From
-    round 2 on (with `pause_idle`) the engines not working are stopped. `env_of(spec)`: more environment for an
-    engine."""
+    round 2 on (with `pause_idle`) the engines not working are stopped; with `fastest_vcpu` each turn's engine runs
+    its main thread on the fastest vCPU of the moment. `env_of(spec)`: more environment for an engine."""
     with tempfile.TemporaryDirectory(prefix="dflash-fi-turns-") as folder:
         served = [_Served(spec, command, gpu, Path(folder), i, module, env_of(spec) if env_of else None)
                   for i, spec in enumerate(specs)]
+        vcpus = FastestVcpu() if fastest_vcpu else None
         started = time.time()
         for s in served:
             ok = s.wait_ready(started + start_timeout_s)
@@ -181,17 +189,24 @@ def run_in_turns(specs: list[RunSpec], rounds: int, command: str, gpu: str | Non
                     if pause_idle and index > 1:
                         for o in served:
                             o.signal(signal.SIGSTOP if o is not s else signal.SIGCONT, children)
+                    if vcpus:
+                        vcpus.before(s.engine.process.pid, process_tree(s.engine.process.pid, children))
                     t0, cpu0 = time.time(), cpu_seconds(others)
                     run = s.turn(index, batch, time.time() + turn_timeout_s)
+                    held = vcpus.after() if vcpus else None
                     if run is None:
                         continue
+                    if held:
+                        s.turn_cpus[(index, batch)] = held
                     used = cpu_seconds(others) - cpu0
                     s.rounds_cpu[index] = round(s.rounds_cpu.get(index, 0.0) + used, 3)
                     first = run["generates"][0]
                     step = f"{first['step_times']['median']:.3f} ms/step" if first.get("step_times") else ""
+                    on = (f"; vCPU {held.cpu} {held.loop_ms:.2f} ms, others {held.others_median_loop_ms:.2f}, after "
+                          f"{held.loop_ms_after:.2f}") if held else ""
                     print_fn(f"  round {index}  b{batch:<3} {label(s.engine.spec.run):<60} "
                              f"{first['output_tokens_per_s']:>8.0f} tok/s  {step}  ({time.time() - t0:.1f} s; others "
-                             f"used {used:.2f} CPU s)")
+                             f"used {used:.2f} CPU s{on})")
         finally:
             for s in served:  # every engine shuts down at once
                 s.stop()

@@ -15,9 +15,12 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   change from one draft step to the next, and the page table from the bounds (`paged_kv_indptr`,
   `paged_kv_last_page_len`, the length of `paged_kv_indices`) changes every step: KV unsplit, it changes no
   plan, and `run()` reads the builder's exact page table instead. The builder keeps the key of the
-  non-causal wrapper's plan, (num_reqs, max_query_len, qo_indptr), and a draft batch that matches it is not
-  planned again: DFlash's blocks are 16 queries per request, so from step to step the contexts grow and the
-  key stays. Any other plan of that wrapper (a non-causal batch with exact host lengths) clears the key.
+  non-causal wrapper's plan, (num_reqs, max_query_len), and a draft batch that matches it is not planned
+  again: DFlash's blocks are 16 queries per request, so from step to step the contexts grow and the key
+  stays. The key holds for uniform blocks only (every query max_query_len long, which one integer of
+  `query_start_loc_cpu` tells), where it fixes `qo_indptr`: comparing the whole array instead (`np.array_equal`
+  on its host copy) cost the host as much as the kernel launch (`runs/nvidia-h200.build-profile-31f293d.json`).
+  Any other plan of that wrapper (non-uniform queries, a non-causal batch with exact host lengths) clears it.
 - **One wrapper, re-planned when the key changes.** The draft batch's key changes when a request joins or
   leaves the batch, a few times per request against hundreds of decoding steps, and a change costs one
   `plan()`, what step 7 paid every step. A cache of wrappers per batch size would save that plan only where
@@ -29,7 +32,8 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   buffers. After its first launch the builder launches the compiled kernel itself: Triton's dispatch (binding the
   arguments, specializing on them, looking the kernel up) cost the host more than the launch in the profile taken
   before this hunk (`runs/nvidia-h200.build-profile-c97f3e8.json`: `JITFunction.run` against the launcher), and the
-  kernel is declared not to specialize on what changes between calls (`do_not_specialize`). The planned wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
+  kernel is declared not to specialize on what changes between calls (`do_not_specialize`). The planned
+  wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
   `_paged_kv_last_page_len_buf`); its `_qo_indptr_buf` and its plan are plan()'s own and hold with the key.
   Step 7's copy of `seq_lens` into the wrapper's `_kv_lens_buffer` goes: FA2's `run()` never hands that
   buffer to its kernel (in FlashInfer's `prefill.py` only the trtllm-gen kernel reads it).
@@ -48,9 +52,9 @@ HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
         old='''        self._noncausal_prefill_wrapper: BatchPrefillWithPagedKVCacheWrapper | None = None
 ''',
         new='''        self._noncausal_prefill_wrapper: BatchPrefillWithPagedKVCacheWrapper | None = None
-        # (num_reqs, max_query_len, qo_indptr) of the non-causal wrapper's plan, if it
-        # was planned from host bounds: later draft steps that match it reuse it.
-        self._noncausal_plan_key: tuple[int, int, np.ndarray] | None = None
+        # (num_reqs, max_query_len) of the non-causal wrapper's plan, if it was planned
+        # from host bounds for uniform query blocks: draft steps that match reuse it.
+        self._noncausal_plan_key: tuple[int, int] | None = None
         self._fill_paged_kv_compiled = None  # _fill_paged_kv_kernel, once launched
 ''',
     ),
@@ -101,22 +105,52 @@ HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
             PAGE_SIZE=self.page_size,
             BLOCK_SIZE=1024,
         )
+''',
+    ),
+    Hunk(
+        why="a draft step whose plan holds takes the short path",
+        old='''        if not causal:
+            self._check_non_causal_supported()
+        if causal:
+            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
+''',
+        new='''        if not causal:
+            self._check_non_causal_supported()
+            if self._noncausal_plan_holds(common_prefix_len, common_attn_metadata):
+                return self._build_on_noncausal_plan(common_attn_metadata)
+        if causal:
+            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
+''',
+    ),
+    Hunk(
+        why="whether a draft batch's plan holds, and its metadata when it does",
+        old='''    def use_cascade_attention(self, *args, **kwargs) -> bool:
+''',
+        new='''    @staticmethod
+    def _uniform_blocks(
+        query_start_loc_cpu: torch.Tensor, num_reqs: int, max_query_len: int
+    ) -> bool:
+        """Every query is max_query_len long (DFlash's blocks): none is longer, so
+        the total says so, and qo_indptr is arange(num_reqs + 1) * max_query_len."""
+        return int(query_start_loc_cpu[num_reqs]) == num_reqs * max_query_len
 
     def _noncausal_plan_holds(
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata
     ) -> bool:
         """Whether this batch would be planned from host bounds exactly as the
         non-causal wrapper's plan was: without split KV, FA2's plan does not
-        depend on the KV lengths, only on the key."""
-        key = self._noncausal_plan_key
+        depend on the KV lengths, only on the key (with uniform blocks, the key
+        fixes qo_indptr)."""
+        num_reqs = common_attn_metadata.num_reqs
+        max_query_len = common_attn_metadata.max_query_len
         return (
-            key is not None
+            self._noncausal_plan_key == (num_reqs, max_query_len)
             and common_prefix_len == 0
             and common_attn_metadata._seq_lens_cpu is None
             and common_attn_metadata.seq_lens_cpu_upper_bound is not None
-            and key[0] == common_attn_metadata.num_reqs
-            and key[1] == common_attn_metadata.max_query_len
-            and np.array_equal(key[2], common_attn_metadata.query_start_loc_cpu.numpy())
+            and self._uniform_blocks(
+                common_attn_metadata.query_start_loc_cpu, num_reqs, max_query_len
+            )
         )
 
     def _build_on_noncausal_plan(
@@ -144,21 +178,8 @@ HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
             cascade_wrapper=None,
             causal=False,
         )
-''',
-    ),
-    Hunk(
-        why="a draft step whose plan holds takes the short path",
-        old='''        if not causal:
-            self._check_non_causal_supported()
-        if causal:
-            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
-''',
-        new='''        if not causal:
-            self._check_non_causal_supported()
-            if self._noncausal_plan_holds(common_prefix_len, common_attn_metadata):
-                return self._build_on_noncausal_plan(common_attn_metadata)
-        if causal:
-            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
+
+    def use_cascade_attention(self, *args, **kwargs) -> bool:
 ''',
     ),
     Hunk(
@@ -191,13 +212,11 @@ HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
                             self.paged_kv_last_page_len.gpu[:num_reqs]
                         )
                     if not causal:
+                        max_query_len = common_attn_metadata.max_query_len
                         self._noncausal_plan_key = (
-                            (
-                                num_reqs,
-                                common_attn_metadata.max_query_len,
-                                qo_indptr_cpu.numpy().copy(),
-                            )
+                            (num_reqs, max_query_len)
                             if plan_from_bounds
+                            and self._uniform_blocks(qo_indptr_cpu, num_reqs, max_query_len)
                             else None
                         )
 ''',

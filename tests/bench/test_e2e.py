@@ -3,6 +3,7 @@ its rounds say (paired intervals, the A/A pair, targets met, missed or unresolve
 `dflash_fi.lab.engine_double`: the timings themselves exist only on a GPU."""
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -58,6 +59,35 @@ def test_engines_take_turns_idle_ones_are_stopped_and_a_failed_start_is_recorded
     assert len([line for line in lines if line.strip().startswith("round")]) == 12  # 2 engines x 2 batches x 3 rounds
     busy_neighbour = {r.index: r.others_cpu_s for r in records[b].rounds}  # a spins while b works
     assert busy_neighbour[1] > 0.1 and busy_neighbour[2] < 0.05 and busy_neighbour[3] < 0.05
+    turn_cpus = [x.cpu for run in (a, b) for r in records[run].rounds for x in r.batches]
+    assert len(turn_cpus) == 12 and all(c.cpu in os.sched_getaffinity(0) for c in turn_cpus)
+    assert all(c.loop_ms <= c.others_median_loop_ms or len(os.sched_getaffinity(0)) == 1 for c in turn_cpus)
+    assert EngineRecord.from_json(json.loads(json.dumps(records[a].to_json()))) == records[a]  # the vCPUs kept
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to hold threads apart")
+def test_a_turns_main_thread_is_held_on_the_fastest_vcpu_and_its_other_threads_on_the_rest():
+    import subprocess
+    import sys
+
+    from dflash_fi.engine.server import process_tree
+    from dflash_fi.engine.vcpus import FastestVcpu, threads
+
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); print(1, flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()  # its second thread is up
+        vcpus = FastestVcpu()
+        vcpus.before(child.pid, process_tree(child.pid))
+        main, others = child.pid, [t for t in threads(child.pid) if t != child.pid]
+        held = vcpus.after()
+        assert os.sched_getaffinity(main) == {held.cpu} and others
+        assert all(os.sched_getaffinity(t) == vcpus.cpus - {held.cpu} for t in others)
+        assert held.loop_ms <= held.others_median_loop_ms and held.loop_ms_after > 0
+        assert os.sched_getaffinity(0) == vcpus.cpus  # the parent's own affinity is given back
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_turns_compare_a_pairs_engines_seconds_apart_in_alternating_order():

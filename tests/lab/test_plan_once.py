@@ -83,15 +83,19 @@ def test_each_build_writes_the_page_table_in_one_launch_from_the_gpu_lengths():
             assert grid == (cad.num_reqs,) and args[3] is cad.seq_lens and args[4] is cad.block_table_tensor
 
 
-def test_a_new_batch_size_or_qo_indptr_plans_again():
+def test_a_new_batch_size_or_block_plans_again_and_uneven_queries_always_do():
+    """The key is (num_reqs, max_query_len), which fixes qo_indptr for uniform blocks only: a batch whose queries
+    differ in length is planned every time, as at step 7 (DFlash's drafts never are such a batch)."""
     with RoutingLab(8) as lab:
         expected = 0
         for batch, new_shape in ((draft(4), True), (draft(4, grown=Q), False), (draft(3), True),
                                  (draft(3, grown=2 * Q), False), (draft(4, grown=3 * Q), True),  # one wrapper
                                  (draft(4, query_lens=(Q, 8, Q, 8)), True),
                                  (draft(4, query_lens=(8, Q, 8, Q)), True),  # same size and max, other qo_indptr
-                                 (draft(4, query_lens=(8, Q, 8, Q), grown=Q), False),
-                                 (draft(4, query_lens=(8, 8, 8, 8)), True)):
+                                 (draft(4, query_lens=(8, Q, 8, Q), grown=Q), True),
+                                 (draft(4, query_lens=(8, 8, 8, 8)), True),
+                                 (draft(4, query_lens=(8, 8, 8, 8), grown=Q), False),  # uniform: kept
+                                 (draft(4, grown=4 * Q), True)):
             expected += new_shape
             _, cad = build(lab, batch)
             assert plans(lab) == expected, batch

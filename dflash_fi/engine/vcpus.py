@@ -1,0 +1,85 @@
+"""The host's vCPUs, probed before each benchmark turn: the working engine's main thread is held on the fastest one.
+
+The GPU machine is a VM (Firecracker) whose 16 vCPUs are not equally fast, and not for long: the same loop of pure
+Python runs at about one of two speeds on a vCPU, and which one changes within seconds; an engine's step time jumped
+between levels from one turn to the next while holding within a turn (`runs/nvidia-h200.bench-turns-31f293d.json`).
+A host-bound engine is as fast as the vCPU its main thread lands on (vLLM's engine core runs in it: one process,
+`VLLM_ENABLE_V1_MULTIPROCESSING=0`). So before each turn the parent times the loop on every vCPU it may use, holds the
+engine's main thread on the fastest (`os.sched_setaffinity` per thread) and its other threads and processes on the
+rest, and times that vCPU again after the turn. Each turn records the three times (`TurnCpu`): the results file
+shows how far apart the vCPUs were and whether the chosen one stayed fast.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+from dflash_fi.engine.outputs import TurnCpu
+
+LOOP_ITERATIONS = 20_000  # under a millisecond on a fast vCPU
+LOOP_REPEATS = 3  # the fastest of three: a timer interrupt in one does not count
+
+
+def loop_ms(iterations: int = LOOP_ITERATIONS) -> float:
+    """ms for a fixed loop of pure Python, on whatever vCPU this thread runs."""
+    start, total = time.perf_counter(), 0
+    for i in range(iterations):
+        total += i
+    return (time.perf_counter() - start) * 1000
+
+
+def vcpu_speeds(cpus) -> dict[int, float]:
+    """The loop's ms on each of `cpus`, this thread held on each in turn (then given back its own affinity)."""
+    own = os.sched_getaffinity(0)
+    speeds = {}
+    try:
+        for cpu in cpus:
+            os.sched_setaffinity(0, {cpu})
+            speeds[cpu] = min(loop_ms() for _ in range(LOOP_REPEATS))
+    finally:
+        os.sched_setaffinity(0, own)
+    return speeds
+
+
+def threads(pid: int) -> list[int]:
+    try:
+        return [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
+    except OSError:  # the process has exited
+        return []
+
+
+def hold(main_pid: int, pids: list[int], cpu: int, cpus: set[int]) -> None:
+    """Hold `main_pid`'s main thread on `cpu`, and every other thread of `pids` on the rest of `cpus`."""
+    rest = (cpus - {cpu}) or {cpu}
+    for pid in pids:
+        for tid in threads(pid):
+            try:
+                os.sched_setaffinity(tid, {cpu} if tid == main_pid else rest)
+            except (ProcessLookupError, PermissionError):  # a thread that has just exited
+                pass
+
+
+class FastestVcpu:
+    """Per turn: `before(main_pid, pids)` probes and holds; `after()` probes the held vCPU again and says how it went."""
+
+    def __init__(self, cpus: set[int] | None = None):
+        self.cpus = set(cpus or os.sched_getaffinity(0))
+        self._held: tuple[int, float, float] | None = None
+
+    def before(self, main_pid: int, pids: list[int]) -> None:
+        speeds = vcpu_speeds(sorted(self.cpus))
+        cpu = min(speeds, key=speeds.get)
+        hold(main_pid, pids, cpu, self.cpus)
+        others = [v for c, v in speeds.items() if c != cpu] or [speeds[cpu]]
+        self._held = (cpu, speeds[cpu], statistics.median(others))
+
+    def after(self) -> TurnCpu | None:
+        if self._held is None:
+            return None
+        cpu, before, others = self._held
+        self._held = None
+        return TurnCpu(cpu=cpu, loop_ms=round(before, 4), others_median_loop_ms=round(others, 4),
+                       loop_ms_after=round(vcpu_speeds([cpu])[cpu], 4))
