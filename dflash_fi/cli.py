@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "notebooks), named by the GPU and commit, written once")
     p.add_argument("kind", choices=("test-command", "nbval", "gpu-tests", "notebooks"))
     p.add_argument("file", help="the transcript")
+    p.add_argument("--tag", default=None, help="the name's last part (default: the commit, 7 digits)")
 
     p = command("near-ties", commands.near_ties,
                 "measure the near-tie margin: where correct engines' greedy outputs part (GPU)")

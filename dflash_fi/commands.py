@@ -191,7 +191,9 @@ def record(args) -> int:
     if not source.is_file():
         raise BadInput(f"no file {source} to record")
     gpu = require_gpu("dflash-fi record (a transcript of a GPU run is named by the GPU it ran on)")
-    print(Runs().write_new(kind, gpu.name, (git_commit() or "unknown")[:7], source.read_text()))
+    tag = args.tag or (git_commit() or "unknown")[:7]
+    print(Runs().write_new(kind, gpu.name, tag, source.read_text(),
+                           remedy="give --tag for a second transcript of one commit (or commit first)"))
     return 0
 
 

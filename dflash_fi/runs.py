@@ -130,10 +130,11 @@ class Runs:
             return self.root / f"{gpu_slug(gpu_name)}.jsonl"
         return self.root / f"{gpu_slug(gpu_name)}.{kind.stem}{'-' + tag if tag else ''}.{extension}"
 
-    def write_new(self, kind: Kind, gpu_name: str, tag: str | None, content, extension: str | None = None) -> Path:
-        """A new file of a kind (JSON for a dict, text for a str); refuses one that exists."""
+    def write_new(self, kind: Kind, gpu_name: str, tag: str | None, content, extension: str | None = None,
+                  remedy: str | None = None) -> Path:
+        """A new file of a kind (JSON for a dict, text for a str); refuses one that exists (`remedy`: what to do)."""
         path = self.path(kind, gpu_name, tag, extension)
-        refuse_existing(path)
+        refuse_existing(path, *([remedy] if remedy else []))
         return write_result(path, content, record=True)
 
     def append(self, gpu_name: str, record: dict) -> Path:
@@ -165,10 +166,10 @@ class Tee(io.TextIOBase):
         self.terminal.flush()
 
 
-def refuse_existing(path: Path) -> None:
+def refuse_existing(path: Path, remedy: str = "give --out for a new file (or commit first: the commit names the "
+                                                 "file)") -> None:
     if Path(path).exists():
-        raise BadInput(f"{path} is already recorded and runs/ is append-only: give --out for a new file "
-                       "(or commit first: the commit names the file)")
+        raise BadInput(f"{path} is already recorded and runs/ is append-only: {remedy}")
 
 
 def result_path(kind: Kind, gpu_name: str, tag: str | None, record: bool, out: str | None = None,

@@ -45,7 +45,7 @@ def test_bad_input_is_one_line_and_changes_nothing(capsys, unchanged, argv, says
 @pytest.mark.parametrize("argv", [("reference", "--device", "cuda", "--prompts", "1"),
                                   ("train", "--smoke", "--device", "cuda"),
                                   ("bench", "e2e", "--record"), ("profile",), ("near-ties",),
-                                  ("record", "gpu-tests", __file__)])
+                                  ("record", "gpu-tests", __file__), ("record", "notebooks", __file__, "--tag", "x")])
 def test_gpu_commands_without_a_gpu_say_so_in_one_line(capsys, unchanged, tmp_path, argv):
     import torch
 

@@ -87,6 +87,8 @@ def test_results_are_written_once_and_refused_before_the_work(tmp_path):
         runs.write_new(Kind.BENCH_TURNS, "GPU", "abc", {"finished_at": "later"})
     with pytest.raises(BadInput, match="already recorded"):  # a command asks before its minutes of GPU time
         result_path(Kind.BENCH_TURNS, "GPU", "abc", record=True, runs=runs)
+    with pytest.raises(BadInput, match="give --tag"):  # `record` has no --out: it says what it has
+        runs.write_new(Kind.BENCH_TURNS, "GPU", "abc", {}, remedy="give --tag for a second transcript")
     assert json.loads(path.read_text())["finished_at"] == "2026-12-01T00:00:00Z"
     scratch = result_path(Kind.BENCH_TURNS, "GPU", "abc", record=False)
     assert "artifacts" in scratch.parts and "runs" not in scratch.parts
