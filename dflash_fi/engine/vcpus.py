@@ -1,8 +1,9 @@
 """The host's vCPUs, probed before each benchmark turn: the working engine's main thread is held on the fastest one.
 
-The GPU machine is a VM (Firecracker) whose 16 vCPUs are not equally fast, and not for long: the same loop of pure
-Python runs at about one of two speeds on a vCPU, and which one changes within seconds; an engine's step time jumped
-between levels from one turn to the next while holding within a turn (`runs/nvidia-h200.bench-turns-31f293d.json`).
+The GPU machine is a VM whose vCPUs are not equally fast, and not for long: the same loop of pure Python takes
+longer on some vCPUs than on others, and a vCPU can be slower after a turn than before it (every turn of
+`runs/nvidia-h200.bench-turns-966dce0.json` records both); an engine's step time jumped between levels from one turn to
+the next while holding within a turn (`runs/nvidia-h200.bench-turns-31f293d.json`).
 A host-bound engine is as fast as the vCPU its main thread lands on (vLLM's engine core runs in it: one process,
 `VLLM_ENABLE_V1_MULTIPROCESSING=0`). So before each turn the parent times the loop on every vCPU it may use, holds the
 engine's main thread on the fastest (`os.sched_setaffinity` per thread) and its other threads and processes on the
