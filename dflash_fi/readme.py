@@ -106,10 +106,10 @@ def _vcpus(turns) -> str:
     spread = vcpu_spread(turns)
     if spread is None:
         return " Engines ran on whichever vCPU the kernel gave them."
-    return (f" Each turn's engine ran its main thread on the vCPU fastest at the turn's start: a loop of pure Python took"
-            f" {spread['chosen']:.2f} ms there against {spread['others']:.2f} ms on the other vCPUs (medians), and "
-            f"{spread['after']:.2f} ms on it after the turn; {spread['stayed']:.0%} of turns' vCPUs were at most 10% "
-            "slower after than before.")
+    return (f" Each round's engines ran their main thread on the vCPU fastest at the round's start: a loop of pure "
+            f"Python took {spread['chosen']:.2f} ms there before a turn against {spread['others']:.2f} ms on the other "
+            f"vCPUs (medians), and {spread['after']:.2f} ms on it after the turn; {spread['stayed']:.0%} of turns' vCPUs "
+            "were at most 10% slower after than before.")
 
 
 def results_page() -> str:
@@ -137,7 +137,7 @@ def results_page() -> str:
         parts += ["## Engines in turns", "", f"{turns.gpu} (SM {turns.compute_capability}), `runs/{turns.file}` "
                   f"(commit {turns.git_commit[:10]}, {turns.finished_at}); round 1 warms up and is not measured. Idle "
                   f"engines used {cpu['free']:.2f} CPU s (median) during another engine's round while running free "
-                  f"(round 1) and {cpu['stopped']:.2f} CPU s while stopped (the measured rounds).{_vcpus(turns)}", "",
+                  f"(the first round) and {cpu['stopped']:.2f} CPU s while stopped (the later rounds).{_vcpus(turns)}", "",
                   "### Targets", "", targets_table(turns), ""]
         for pair in turns.pairs():
             parts += [f"### {pair.value}", "", turns_table(turns, pair), ""]

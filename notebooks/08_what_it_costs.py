@@ -38,16 +38,20 @@ for read in (r for r in (turns and vars(turns), profile, kernels) if r):
 # %% [markdown]
 # ## The targets
 #
-# `dflash-fi bench e2e` starts every engine at once, then hands out *turns*: in each *round*, per batch size, every
-# engine of a model pair in turn (A B C, then C B A), so that one engine works at a time and the engines compared work
-# seconds apart. Round 1 warms up; idle engines are stopped from round 2 on. Per measured round, the final FlashInfer
-# draft's tokens/s at the median step (embedded pair: tokens per engine step over the median interval between steps,
-# which leaves the host's stalls out) or step time (the Qwen3-4B shape: random weights, so only time means anything)
-# over the FLASH_ATTN draft's; the estimate is their geometric mean, with a *95% interval* resampled over the rounds.
-# A second FLASH_ATTN draft engine, the *A/A pair*, differs in nothing: its interval is how far noise reaches. A
-# target is *met* when the whole interval lies on its side, *missed* when it lies on the other, and *unresolved* when
-# it straddles the line. The GPU machine's vCPUs are not equally fast, nor for long, and a host-bound engine is as fast
-# as the vCPU its main thread runs on: each turn's engine is held on the vCPU fastest when the turn starts.
+# `dflash-fi bench e2e` starts every engine at once, then hands out *turns*. Per model pair and batch size it runs
+# *rounds* back to back; in each round every engine of the pair works in turn (A B C, then C B A), one at a time, on the
+# vCPU that was fastest when the round began. Why so short, and why one vCPU: the GPU machine's vCPUs change speed by
+# up to 2x within seconds (each turn records its vCPU's speed before and after), and a host-bound engine is as fast as
+# the vCPU its main thread runs on. Long rounds would average that into every number; instead each comparison's two
+# engines are neighbours in the turn order (the FLASH_ATTN draft between its twin and the final FlashInfer draft) and
+# are paired round by round. Round 1 warms up; after the first round idle engines are stopped. Per measured round, the
+# final FlashInfer draft's tokens/s at the median step (embedded pair: tokens per engine step over the median interval
+# between steps, which leaves the host's stalls out) or step time (the Qwen3-4B shape: random weights, so only time
+# means anything) over the FLASH_ATTN draft's; the estimate is their *median*, with a *95% interval* resampled over the
+# rounds (the median, so that a round in which the host changed speed between two turns counts as one round, not by
+# its size). A second FLASH_ATTN draft engine, the *A/A pair*, differs in nothing: its interval is how far noise
+# reaches. A target is *met* when the whole interval lies on its side, *missed* when it lies on the other, and
+# *unresolved* when it straddles the line.
 
 # %%
 from dflash_fi.bench.stats import Verdict
@@ -61,8 +65,8 @@ if turns:
     noise = max((t.aa.high - t.aa.low for t in judged if t.aa and t.what == "tokens/s"), default=float("nan"))
     spread = vcpu_spread(turns)
     held = ("" if spread is None else f" The vCPU a turn ran on took {spread['chosen']:.2f} ms for a loop the others "
-            f"then took {spread['others']:.2f} ms for (medians); {spread['stayed']:.0%} of them were at most 10% slower "
-            "after the turn.")
+            f"took {spread['others']:.2f} ms for at the round's start (medians); {spread['stayed']:.0%} of them were at "
+            "most 10% slower after the turn.")
     verdict(f"of {len(judged)} targets: {counts}. The A/A pair's tokens/s intervals are up to {noise:.3f} wide: the "
             f"noise floor. Idle engines took {cpu['free']:.2f} CPU s per round while they ran free, {cpu['stopped']:.2f} "
             f"s once stopped.{held}")

@@ -1,21 +1,24 @@
 """`dflash-fi bench e2e`: whole vLLM engines with vLLM's default CUDA graphs, taking turns, in rounds.
 
 Every engine starts at once, each in its own process; then the parent hands out turns (`dflash_fi.engine.server`):
-in each round, per model pair and per batch size, every engine of the pair in turn (A B C, the next round C B A), so
-only one engine works at a time and the engines compared at one batch size work seconds apart: whatever the machine
-does falls on them alike. From round 2 on the idle engines are stopped, so they take no host time from the working
-one (each round records what they took), and a continued engine settles with a short unmeasured generate before its
-measured ones. The VM's vCPUs are not equally fast, nor for long: each turn's engine runs its main thread on the vCPU
-fastest at the turn's start (`dflash_fi.engine.vcpus`; each turn records it). Round 1 warms every batch size up and is not measured. Round r of two engines is a pair: the benchmark
-reports the geometric mean of their ratio over the measured pairs, with a 95% bootstrap interval
-(`dflash_fi.bench.stats`); a second FLASH_ATTN draft engine (the A/A pair) shows the interval when nothing differs.
-The results file keeps every round.
+per model pair and per batch size, rounds back to back, each round every engine of the pair in turn (A B C, the next
+round C B A), so only one engine works at a time and the engines compared in a round work seconds apart, on one vCPU.
+The GPU machine's vCPUs change speed by up to 2x within seconds (each turn records its vCPU's speed before and after:
+`dflash_fi.engine.vcpus`), more than any target here: so the benchmark keeps the two engines of each comparison next
+to each other in the turn order (the FLASH_ATTN draft between its A/A twin and the final FlashInfer draft) and its
+turns short, and pairs them round by round, rather than averaging long rounds. After the first round the idle
+engines are stopped, so they take no host time from the working one (each round records what they took), and a
+continued engine settles with a short unmeasured generate before its measured one. Round 1 warms each batch size up
+and is not measured. Round r of two engines is a pair: the benchmark reports the median of their ratio over the
+measured pairs, with a 95% bootstrap interval (`dflash_fi.bench.stats`); a second FLASH_ATTN draft engine (the A/A
+pair) shows the interval when nothing differs. The results file keeps every round.
 
-A turn at batch size b (greedy, ignore_eos): b held-out prompts decoded together; batch 1 decodes `batch1_prompts`
-prompts one at a time. Each generate records tokens/s, the intervals between the engine's steps (their median is the
-step time: prefills, the generate's start and end and the host's stalls do not weigh in), tau from vLLM's counters,
-and the host time of every attention metadata build, by builder (the runner's groups; the drafter's). Tokens/s is
-compared at the median step (tokens per step over the step time), where the host's slow spells weigh least.
+A turn at batch size b (greedy, ignore_eos): b held-out prompts decoded together; at batch 1 one prompt alone, one of
+the first `batch1_prompts` by round. Each generate records tokens/s, the intervals between the engine's steps (their
+median is the step time: prefills, the generate's start and end and the host's stalls do not weigh in), tau from
+vLLM's counters, and the host time of every attention metadata build, by builder (the runner's groups; the
+drafter's). Tokens/s is compared at the median step (tokens per step over the step time), where the host's slow
+spells weigh least.
 
 Embedded pair, bf16: no speculation, the FLASH_ATTN draft (twice), the FlashInfer draft at the step before the
 final one and at the final step. Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128)
@@ -33,9 +36,9 @@ from dflash_fi.engine.identity import Pair, RunId
 from dflash_fi.engine.spec import BenchPlan, RunSpec
 from dflash_fi.logs import LOG_DIR
 
-ROUNDS = 7  # the first warms up; six are measured
+ROUNDS = 13  # the first warms up; twelve are measured
 BATCHES, SHAPE_BATCHES = (1, 8, 32), (1, 32)
-NEW_TOKENS, SHAPE_NEW_TOKENS = 512, 192
+NEW_TOKENS, SHAPE_NEW_TOKENS = 256, 128  # short turns: a vCPU's speed holds for seconds
 BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 2, 1
 QWEN3_4B_TARGET = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560,
@@ -67,11 +70,12 @@ def flashinfer_draft(pair: Pair, step: int | None = None) -> RunId:
 
 
 def bench_runs(pair: Pair) -> tuple[RunId, ...]:
-    """Every engine of a pair: the FLASH_ATTN draft twice (the A/A pair), the step before the final one and the final
-    step; plain decoding too for the embedded pair, whose tokens/s it puts in scale."""
+    """Every engine of a pair, in turn order: plain decoding for the embedded pair (it puts tokens/s in scale), the
+    step before the final one, then the FLASH_ATTN draft between its A/A twin and the final step, so that both
+    comparisons are of neighbours in every round."""
     plain = (RunId(speculative=False, cuda_graphs=True, pair=pair),) if pair is Pair.EMBEDDED else ()
-    return plain + (flash_attn_draft(pair), flash_attn_draft(pair, replica=1),
-                    flashinfer_draft(pair, final_step() - 1), flashinfer_draft(pair))
+    return plain + (flashinfer_draft(pair, final_step() - 1), flash_attn_draft(pair, replica=1),
+                    flash_attn_draft(pair), flashinfer_draft(pair))
 
 
 def write_shape_models(root: Path = SHAPE_DIR) -> tuple[str, str]:
@@ -116,5 +120,5 @@ def run_e2e_bench(quick: bool = False, pairs=(Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE
     print_fn(f"{len(specs)} engines on {gpu.name}, started together, then {rounds} rounds in turn (round 1 warms up)")
     records = run_in_turns(specs, rounds, "dflash-fi bench e2e", print_fn=print_fn)
     return {"schema": 2, "gpu": gpu.name, "compute_capability": gpu.sm, "method": __doc__.strip(), "rounds": rounds,
-            "warm_up_rounds": 1, "idle_engines_paused_from_round": 2,
+            "warm_up_rounds": 1, "idle_engines_paused_after_first_round": True,
             "engines": [r.to_json() for r in records.values()], **run_context()}

@@ -1,9 +1,11 @@
 """Paired rounds, their 95% intervals, and whether a target is met, missed or unresolved.
 
 A benchmark in turns gives, per measured round r, one value of each engine; a comparison is one value per round
-(a ratio of two engines, or a difference), and its estimate is the geometric mean of the ratios (the mean of the
-differences) with a 95% percentile-bootstrap interval over the rounds, resampled with a fixed seed. An A/A pair,
-two engines of the same configuration, shows how far that interval reaches when nothing differs.
+(a ratio of two engines, or a difference), and its estimate is the median over the rounds, with a 95%
+percentile-bootstrap interval over the rounds, resampled with a fixed seed. The median, because a round in which the
+host changed speed between two turns gives a ratio far off the rest: it should count as one round, not pull the
+estimate by its size. An A/A pair, two engines of the same configuration, shows how far that interval reaches when
+nothing differs.
 
 A target is met when the interval lies on its side, missed when the interval lies on the other side, and
 unresolved when the interval straddles it; a floor (`AtLeast.floor`) must hold for the interval's low end too.
@@ -11,7 +13,6 @@ unresolved when the interval straddles it; a floor (`AtLeast.floor`) must hold f
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -37,24 +38,12 @@ def _bootstrap(values: list[float], statistic) -> tuple[float, float]:
     return samples[int(0.025 * len(samples))], samples[int(0.975 * len(samples)) - 1]
 
 
-def _geometric_mean(values: list[float]) -> float:
-    return math.exp(statistics.fmean(math.log(v) for v in values))
-
-
-def ratio_estimate(ratios: list[float]) -> Estimate | None:
-    """Geometric mean of per-round ratios, with its bootstrap interval."""
-    if not ratios:
+def median_estimate(values: list[float]) -> Estimate | None:
+    """Median of per-round values (ratios, differences), with its bootstrap interval."""
+    if not values:
         return None
-    low, high = _bootstrap(ratios, _geometric_mean) if len(ratios) > 1 else (ratios[0], ratios[0])
-    return Estimate(_geometric_mean(ratios), low, high, tuple(ratios))
-
-
-def difference_estimate(differences: list[float]) -> Estimate | None:
-    """Mean of per-round differences, with its bootstrap interval."""
-    if not differences:
-        return None
-    low, high = _bootstrap(differences, statistics.fmean) if len(differences) > 1 else (differences[0],) * 2
-    return Estimate(statistics.fmean(differences), low, high, tuple(differences))
+    low, high = _bootstrap(values, statistics.median) if len(values) > 1 else (values[0], values[0])
+    return Estimate(statistics.median(values), low, high, tuple(values))
 
 
 class Verdict(Enum):
@@ -98,8 +87,10 @@ class AtMost:
         return Verdict.UNRESOLVED
 
 
-def round_to_round(values: list[float]) -> float | None:
-    """How far one engine's value moves between its rounds: the largest relative change from one round to the next."""
+def round_to_round(values: list[float]) -> tuple[float, float] | None:
+    """How far one engine's value moves between its rounds: the median and the largest relative change from one round
+    to the next."""
     if len(values) < 2:
         return None
-    return max(abs(b / a - 1) for a, b in zip(values, values[1:]))
+    moves = [abs(b / a - 1) for a, b in zip(values, values[1:])]
+    return statistics.median(moves), max(moves)

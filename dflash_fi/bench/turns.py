@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 
 from dflash_fi.bench.e2e import flash_attn_draft, flashinfer_draft
-from dflash_fi.bench.stats import AtLeast, AtMost, Estimate, Verdict, difference_estimate, ratio_estimate, round_to_round
+from dflash_fi.bench.stats import AtLeast, AtMost, Estimate, Verdict, median_estimate, round_to_round
 from dflash_fi.engine.identity import Pair, RunId, label
 from dflash_fi.engine.records import BatchRun, BuildKey, EngineRecord, Role
 from dflash_fi.errors import NoRecord
@@ -90,11 +90,11 @@ def paired(turns: Turns, run: RunId, baseline: RunId, batch: int, metric=tokens_
 
 
 def ratio(turns: Turns, run: RunId, baseline: RunId, batch: int, metric=tokens_per_s) -> Estimate | None:
-    return ratio_estimate([a / b for a, b in paired(turns, run, baseline, batch, metric)])
+    return median_estimate([a / b for a, b in paired(turns, run, baseline, batch, metric)])
 
 
 def difference(turns: Turns, run: RunId, baseline: RunId, batch: int, metric=build_ms) -> Estimate | None:
-    return difference_estimate([a - b for a, b in paired(turns, run, baseline, batch, metric)])
+    return median_estimate([a - b for a, b in paired(turns, run, baseline, batch, metric)])
 
 
 def median_of_rounds(turns: Turns, run: RunId, batch: int, metric=tokens_per_s) -> float | None:
@@ -102,8 +102,8 @@ def median_of_rounds(turns: Turns, run: RunId, batch: int, metric=tokens_per_s) 
     return statistics.median(values) if values else None
 
 
-def stability(turns: Turns, run: RunId, batch: int, metric=tokens_per_s) -> float | None:
-    """The largest move of one engine's value from one measured round to the next."""
+def stability(turns: Turns, run: RunId, batch: int, metric=tokens_per_s) -> tuple[float, float] | None:
+    """The median and the largest move of one engine's value from one measured round to the next."""
     rounds = turns.measured(run, batch)
     return round_to_round([metric(rounds[k]) for k in sorted(rounds)])
 
@@ -159,17 +159,18 @@ def targets_table(turns: Turns) -> str:
 
 def turns_table(turns: Turns, pair: Pair) -> str:
     """Markdown, one row per batch: each engine's median over measured rounds (tokens/s, or ms per step for the
-    Qwen3-4B shape) and its largest move between rounds."""
+    Qwen3-4B shape) and how far it moved from one round to the next (median, largest)."""
     runs = turns.runs(pair)
     metric, fmt = (tokens_per_s, "{:.0f}") if pair is Pair.EMBEDDED else (step_ms, "{:.3f}")
     unit = "tokens/s at the median step" if pair is Pair.EMBEDDED else "ms per step"
-    lines = ["| batch | " + " | ".join(f"{label(run)}, {unit} (largest move between rounds)" for run in runs) + " |",
+    lines = ["| batch | " + " | ".join(f"{label(run)}, {unit} (move between rounds: median, largest)" for run in runs)
+             + " |",
              "|---|" + "---|" * len(runs)]
     for batch in turns.batches(pair):
         cells = []
         for run in runs:
             value, move = median_of_rounds(turns, run, batch, metric), stability(turns, run, batch, metric)
-            cells.append("-" if value is None else fmt.format(value) + (f" ({move:.1%})" if move is not None else ""))
+            cells.append("-" if value is None else fmt.format(value) + (f" ({move[0]:.1%}, {move[1]:.1%})" if move else ""))
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -91,7 +91,8 @@ def _serve(llm, prompts, spec, address: str) -> list[dict]:
         parent.send({"ready": True})
         while (request := parent.recv()).get("round") is not None:
             batch = request["batch"]
-            run = to_plain(benchmark_batch(llm, prompts, spec, batch, warm_up=batch not in warmed, settle=True))
+            run = to_plain(benchmark_batch(llm, prompts, spec, batch, warm_up=batch not in warmed, settle=True,
+                                           round_index=request["round"]))
             warmed.add(batch)
             rounds.setdefault(request["round"], []).append(run)
             parent.send({"done": request["round"], "batches": [run]})

@@ -105,14 +105,20 @@ def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None
 SETTLE_TOKENS = 16
 
 
-def benchmark_batch(llm, prompts: list, spec: RunSpec, batch: int, warm_up: bool, settle: bool = False) -> BatchRun:
-    """One turn of the benchmark at batch size b: the first b prompts together, `repeats` times; batch 1 decodes
-    `batch1_prompts` prompts one at a time instead. Before them, unmeasured: with `warm_up` a whole generate (graphs,
-    allocator, caches), else with `settle` a short one (an engine just continued from a stop: its threads and caches
-    wake there, not in the measurement). Tokens are dropped (each generate keeps their hash)."""
+def benchmark_batch(llm, prompts: list, spec: RunSpec, batch: int, warm_up: bool, settle: bool = False,
+                    round_index: int | None = None) -> BatchRun:
+    """One turn of the benchmark at batch size b: the first b prompts together, `repeats` times. Batch 1 decodes one
+    prompt alone: in a benchmark in rounds (`round_index`) one of the first `batch1_prompts`, the next every two rounds
+    (so each is decoded in either turn order), else each of them in turn. Before them, unmeasured: with `warm_up` a
+    whole generate (graphs, allocator, caches), else with `settle` a short one (an engine just continued from a stop:
+    its threads and caches wake there, not in the measurement). Tokens are dropped (each generate keeps their hash)."""
     plan, new_tokens = spec.bench, spec.max_new_tokens
-    groups = ([[(p, new_tokens)] for p in prompts[: plan.batch1_prompts]] if batch == 1
-              else [[(p, new_tokens) for p in prompts[:batch]]])
+    if batch == 1:
+        alone = (prompts[: plan.batch1_prompts] if round_index is None
+                 else [prompts[(round_index - 1) // 2 % plan.batch1_prompts]])
+        groups = [[(p, new_tokens)] for p in alone]
+    else:
+        groups = [[(p, new_tokens) for p in prompts[:batch]]]
     if warm_up or settle:
         first = groups[0] if warm_up else [(p, SETTLE_TOKENS) for p, _ in groups[0]]
         generate(llm, first, spec.run.speculative, detokenize=False)

@@ -111,7 +111,8 @@ class GenerateResult:
 @dataclass(frozen=True)
 class TurnCpu:
     """The vCPU a benchmark turn's engine ran its main thread on (`dflash_fi.engine.vcpus`), and the ms of the same
-    loop of pure Python on it before the turn, on the other vCPUs then (their median), and on it after the turn."""
+    loop of pure Python on it before the turn, on the other vCPUs at the round's start (their median), and on it after
+    the turn."""
 
     cpu: int
     loop_ms: float

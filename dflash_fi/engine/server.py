@@ -1,18 +1,18 @@
 """Several engines, each in its own process and all started at once, taking turns: a benchmark in rounds.
 
-Every engine starts (in parallel), then the parent hands out turns, one batch size of one round each: within a round,
-per group of engines that are compared with each other (a model pair) and per batch size, each engine of the group
-in turn (A B C, the next round C B A), so that only one engine works at a time and the engines compared at one batch
-size work seconds apart: a slow or fast spell of the machine falls on all of them alike. Round r of engine A and
-round r of engine B at batch b are a pair; their ratio is what a benchmark reports, per pair.
+Every engine starts (in parallel), then the parent hands out turns, one batch size of one round each. The engines
+that are compared with each other (a model pair) go through their rounds one batch size at a time: round 1 (a
+warm-up), round 2, and so on, each round every engine of the pair in turn (A B C, the next round C B A), all on the
+vCPU fastest at the round's start (`dflash_fi.engine.vcpus`). Only one engine works at a time, and the engines of a
+round work on one vCPU within seconds: a slow or fast spell of the machine falls on all of them alike. Round r of
+engine A and round r of engine B at batch b are a pair; their ratio is what a benchmark reports, per pair.
 An engine that fails to start, or dies, is left out of the later rounds and its record says why.
 
 Idle engines must not take the host from the working one: an idle vLLM process still has threads (and, right
-after its turn, spinning OpenMP workers). So from round 2 on, every engine but the working one is stopped
-(SIGSTOP, its whole process tree) and continued for its own turn. Each round records the CPU seconds the other
-engines' processes used during the engine's turns: round 1, with nobody stopped, shows what idle engines take when
-they are not. Each turn's engine runs its main thread on the vCPU that is fastest when the turn starts
-(`dflash_fi.engine.vcpus`), and the turn records it.
+after its turn, spinning OpenMP workers). So after the first round of the first batch size, every engine but the
+working one is stopped (SIGSTOP, its whole process tree) and continued for its own turn. Each round records the CPU
+seconds the other engines' processes used during the engine's turns: the first round, with nobody stopped, shows what
+idle engines take when they are not.
 """
 
 from __future__ import annotations
@@ -147,27 +147,27 @@ class _Served:
         return replace(record, rounds=rounds)
 
 
-def schedule(specs: list[RunSpec], index: int) -> list[tuple[int, int]]:
-    """The turns of round `index`, as (engine, batch size): per model pair (in the order of the specs), per batch
-    size, each of the pair's engines that runs it, forward in odd rounds and backward in even ones (so that no
-    engine always follows the same one)."""
-    turns = []
+def schedule(specs: list[RunSpec], rounds: int) -> list[tuple[int, int, list[int]]]:
+    """Every round, as (round, batch size, engines in turn order): per model pair (in the order of the specs), per
+    batch size, rounds 1 to `rounds` back to back, each of the pair's engines that runs the batch size, forward in
+    odd rounds and backward in even ones (so that no engine always follows the same one)."""
+    out = []
     for pair in dict.fromkeys(spec.run.pair for spec in specs):
         members = [i for i, spec in enumerate(specs) if spec.run.pair is pair]
-        batches = dict.fromkeys(b for i in members for b in specs[i].bench.batch_sizes)
-        for batch in batches:
+        for batch in dict.fromkeys(b for i in members for b in specs[i].bench.batch_sizes):
             order = [i for i in members if batch in specs[i].bench.batch_sizes]
-            turns += [(i, batch) for i in (order if index % 2 else order[::-1])]
-    return turns
+            out += [(index, batch, order if index % 2 else order[::-1]) for index in range(1, rounds + 1)]
+    return out
 
 
 def run_in_turns(specs: list[RunSpec], rounds: int, command: str, gpu: str | None = None,
                  start_timeout_s: int = 420, turn_timeout_s: int = 300, print_fn=print,
                  module: str = "dflash_fi.engine.child", env_of=None, pause_idle: bool = True,
                  fastest_vcpu: bool = True) -> dict[RunId, EngineRecord]:
-    """Start every engine, then `rounds` rounds of turns (`schedule`); records by run, each with its rounds. From
-    round 2 on (with `pause_idle`) the engines not working are stopped; with `fastest_vcpu` each turn's engine runs
-    its main thread on the fastest vCPU of the moment. `env_of(spec)`: more environment for an engine."""
+    """Start every engine, then `rounds` rounds of turns per pair and batch size (`schedule`); records by run, each
+    with its rounds. After the first round (with `pause_idle`) the engines not working are stopped; with
+    `fastest_vcpu` each round's engines run their main thread on the vCPU fastest at the round's start. `env_of(spec)`:
+    more environment for an engine."""
     with tempfile.TemporaryDirectory(prefix="dflash-fi-turns-") as folder:
         served = [_Served(spec, command, gpu, Path(folder), i, module, env_of(spec) if env_of else None)
                   for i, spec in enumerate(specs)]
@@ -178,15 +178,17 @@ def run_in_turns(specs: list[RunSpec], rounds: int, command: str, gpu: str | Non
             print_fn(f"  {label(s.engine.spec.run):<60} {'up' if ok else 'FAILED to start'} after "
                      f"{time.time() - started:5.0f} s")
         try:
-            for index in range(1, rounds + 1):
-                for i, batch in schedule(specs, index):
+            for n, (index, batch, order) in enumerate(schedule(specs, rounds)):
+                if vcpus:
+                    vcpus.choose()  # the round's vCPU, for every engine of the round
+                for i in order:
                     s = served[i]
                     if s.failed:
                         continue
                     children = children_of()
                     others = [pid for o in served if o is not s and o.engine.alive()
                               for pid in process_tree(o.engine.process.pid, children)]
-                    if pause_idle and index > 1:
+                    if pause_idle and n > 0:
                         for o in served:
                             o.signal(signal.SIGSTOP if o is not s else signal.SIGCONT, children)
                     if vcpus:

@@ -22,7 +22,8 @@ FLASH_ATTN_VERSIONS = (None, 2, 3)  # None: vLLM's choice (FA3 on SM 9.0); 2: al
 @dataclass(frozen=True)
 class BenchPlan:
     """A benchmark engine's rounds: per batch size b, the first b prompts decoded together, `repeats` times; batch 1
-    decodes `batch1_prompts` prompts one at a time instead (one prompt alone says more about it than the engine)."""
+    decodes one prompt alone instead, one of the first `batch1_prompts` (one prompt alone says more about it than the
+    engine; `dflash_fi.engine.generate.benchmark_batch`)."""
 
     batch_sizes: tuple[int, ...]
     batch1_prompts: int = 1

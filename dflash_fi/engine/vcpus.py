@@ -1,14 +1,16 @@
-"""The host's vCPUs, probed before each benchmark turn: the working engine's main thread is held on the fastest one.
+"""The host's vCPUs, probed before each benchmark round: every turn of the round holds its engine's main thread on
+the one fastest at the round's start.
 
 The GPU machine is a VM whose vCPUs are not equally fast, and not for long: the same loop of pure Python takes
 longer on some vCPUs than on others, and a vCPU can be slower after a turn than before it (every turn of
 `runs/nvidia-h200.bench-turns-966dce0.json` records both); an engine's step time jumped between levels from one turn to
 the next while holding within a turn (`runs/nvidia-h200.bench-turns-31f293d.json`).
 A host-bound engine is as fast as the vCPU its main thread lands on (vLLM's engine core runs in it: one process,
-`VLLM_ENABLE_V1_MULTIPROCESSING=0`). So before each turn the parent times the loop on every vCPU it may use, holds the
-engine's main thread on the fastest (`os.sched_setaffinity` per thread) and its other threads and processes on the
-rest, and times that vCPU again after the turn. Each turn records the three times (`TurnCpu`): the results file
-shows how far apart the vCPUs were and whether the chosen one stayed fast.
+`VLLM_ENABLE_V1_MULTIPROCESSING=0`). So at a round's start the parent times the loop on every vCPU it may use
+(`choose`); for each turn it holds the engine's main thread on the fastest (`os.sched_setaffinity` per thread) and its
+other threads and processes on the rest, and times that vCPU before and after the turn. The engines compared in a
+round run on one vCPU, seconds apart. Each turn records the three times (`TurnCpu`): the results file shows how far
+apart the vCPUs were and whether the chosen one stayed fast.
 """
 
 from __future__ import annotations
@@ -64,18 +66,26 @@ def hold(main_pid: int, pids: list[int], cpu: int, cpus: set[int]) -> None:
 
 
 class FastestVcpu:
-    """Per turn: `before(main_pid, pids)` probes and holds; `after()` probes the held vCPU again and says how it went."""
+    """Per round: `choose()` probes every vCPU and picks the fastest. Per turn: `before(main_pid, pids)` holds the
+    engine there and probes it; `after()` probes it again and says how it went."""
 
     def __init__(self, cpus: set[int] | None = None):
         self.cpus = set(cpus or os.sched_getaffinity(0))
+        self._chosen: tuple[int, float] | None = None  # the round's vCPU, the other vCPUs' median loop ms
         self._held: tuple[int, float, float] | None = None
 
-    def before(self, main_pid: int, pids: list[int]) -> None:
+    def choose(self) -> int:
         speeds = vcpu_speeds(sorted(self.cpus))
         cpu = min(speeds, key=speeds.get)
+        self._chosen = (cpu, statistics.median([v for c, v in speeds.items() if c != cpu] or [speeds[cpu]]))
+        return cpu
+
+    def before(self, main_pid: int, pids: list[int]) -> None:
+        if self._chosen is None:
+            self.choose()
+        cpu, others = self._chosen
         hold(main_pid, pids, cpu, self.cpus)
-        others = [v for c, v in speeds.items() if c != cpu] or [speeds[cpu]]
-        self._held = (cpu, speeds[cpu], statistics.median(others))
+        self._held = (cpu, vcpu_speeds([cpu])[cpu], others)
 
     def after(self) -> TurnCpu | None:
         if self._held is None:
