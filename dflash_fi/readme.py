@@ -100,22 +100,10 @@ def verdict() -> str:
     return "\n".join(lines)
 
 
-def _vcpus(turns) -> str:
-    from dflash_fi.bench.turns import vcpu_spread
-
-    spread = vcpu_spread(turns)
-    if spread is None:
-        return " Engines ran on whichever vCPU the kernel gave them."
-    return (f" Each round's engines ran their main thread on the vCPU fastest at the round's start: a loop of pure "
-            f"Python took {spread['chosen']:.2f} ms there before a turn against {spread['others']:.2f} ms on the other "
-            f"vCPUs (medians), and {spread['after']:.2f} ms on it after the turn; {spread['stayed']:.0%} of turns' vCPUs "
-            "were at most 10% slower after than before.")
-
-
 def results_page() -> str:
     """docs/RESULTS.md, whole."""
     from dflash_fi.bench.results import build_summary, kernel_pivot, kernel_pivot_table, kernel_summary, latest_kernels
-    from dflash_fi.bench.turns import build_table, idle_cpu, targets_table, turns_table
+    from dflash_fi.bench.turns import build_table, idle_cpu, targets_table, turns_table, vcpu_summary
     from dflash_fi.errors import NoRecord
     from dflash_fi.evidence.report import render_mixed_table, render_table
 
@@ -137,7 +125,8 @@ def results_page() -> str:
         parts += ["## Engines in turns", "", f"{turns.gpu} (SM {turns.compute_capability}), `runs/{turns.file}` "
                   f"(commit {turns.git_commit[:10]}, {turns.finished_at}); round 1 warms up and is not measured. Idle "
                   f"engines used {cpu['free']:.2f} CPU s (median) during another engine's round while running free "
-                  f"(the first round) and {cpu['stopped']:.2f} CPU s while stopped (the later rounds).{_vcpus(turns)}", "",
+                  f"(the first round) and {cpu['stopped']:.2f} CPU s while stopped (the later rounds). "
+                  f"{vcpu_summary(turns)}", "",
                   "### Targets", "", targets_table(turns), ""]
         for pair in turns.pairs():
             parts += [f"### {pair.value}", "", turns_table(turns, pair), ""]

@@ -55,7 +55,7 @@ for read in (r for r in (turns and vars(turns), profile, kernels) if r):
 
 # %%
 from dflash_fi.bench.stats import Verdict
-from dflash_fi.bench.turns import idle_cpu, targets, targets_table, vcpu_spread
+from dflash_fi.bench.turns import idle_cpu, targets, targets_table, vcpu_summary
 
 if turns:
     show(targets_table(turns))
@@ -63,13 +63,9 @@ if turns:
     counts = ", ".join(f"{sum(t.verdict is v for t in judged)} {v.value}" for v in Verdict if any(t.verdict is v
                                                                                                   for t in judged))
     noise = max((t.aa.high - t.aa.low for t in judged if t.aa and t.what == "tokens/s"), default=float("nan"))
-    spread = vcpu_spread(turns)
-    held = ("" if spread is None else f" The vCPU a turn ran on took {spread['chosen']:.2f} ms for a loop the others "
-            f"took {spread['others']:.2f} ms for at the round's start (medians); {spread['stayed']:.0%} of them were at "
-            "most 10% slower after the turn.")
     verdict(f"of {len(judged)} targets: {counts}. The A/A pair's tokens/s intervals are up to {noise:.3f} wide: the "
             f"noise floor. Idle engines took {cpu['free']:.2f} CPU s per round while they ran free, {cpu['stopped']:.2f} "
-            f"s once stopped.{held}")
+            f"s once stopped. {vcpu_summary(turns)}")
 else:
     print("not recorded yet: no engine benchmark with intervals (schema 2) under runs/")
 

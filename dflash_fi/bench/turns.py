@@ -170,7 +170,8 @@ def turns_table(turns: Turns, pair: Pair) -> str:
         cells = []
         for run in runs:
             value, move = median_of_rounds(turns, run, batch, metric), stability(turns, run, batch, metric)
-            cells.append("-" if value is None else fmt.format(value) + (f" ({move[0]:.1%}, {move[1]:.1%})" if move else ""))
+            moved = f" ({move[0]:.1%}, {move[1]:.1%})" if move else ""
+            cells.append("-" if value is None else fmt.format(value) + moved)
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -213,14 +214,30 @@ def idle_cpu(turns: Turns) -> dict[str, float]:
 
 def vcpu_spread(turns: Turns) -> dict[str, float] | None:
     """Over the measured turns (`dflash_fi.engine.vcpus`): the loop's ms on the vCPU each turn ran on and on the other
-    vCPUs then (medians), and the share of turns whose vCPU was at most 10% slower after the turn than before it.
-    None for a benchmark that did not choose vCPUs."""
+    vCPUs then (medians), the share of turns whose vCPU was at most 10% slower after the turn than before it, and the
+    steal time on their vCPUs over all of them (None where not recorded). None for a benchmark that did not choose
+    vCPUs."""
     held = [b.cpu for e in turns.engines.values() for r in e.rounds if r.index > turns.warm_up_rounds
             for b in r.batches if b.cpu]
     if not held:
         return None
+    stolen = [c.steal_ms for c in held if c.steal_ms is not None]
     return {"chosen": statistics.median(c.loop_ms for c in held),
             "others": statistics.median(c.others_median_loop_ms for c in held),
             "after": statistics.median(c.loop_ms_after for c in held),
-            "stayed": sum(c.loop_ms_after <= 1.1 * c.loop_ms for c in held) / len(held)}
+            "stayed": sum(c.loop_ms_after <= 1.1 * c.loop_ms for c in held) / len(held),
+            "steal_ms": sum(stolen) if stolen else None}
 
+
+
+def vcpu_summary(turns: Turns) -> str:
+    """One paragraph on the vCPUs the turns ran on (`vcpu_spread`), for the README's results page and notebook 8."""
+    spread = vcpu_spread(turns)
+    if spread is None:
+        return "Engines ran on whichever vCPU the kernel gave them."
+    steal = ("" if spread["steal_ms"] is None else f" The hypervisor counted {spread['steal_ms']:.0f} ms of steal "
+             "time on those vCPUs over all the turns.")
+    return (f"Each round's engines ran their main thread on the vCPU fastest at the round's start: a loop of pure "
+            f"Python took {spread['chosen']:.2f} ms there before a turn against {spread['others']:.2f} ms on the other "
+            f"vCPUs at the round's start (medians), and {spread['after']:.2f} ms on it after the turn; "
+            f"{spread['stayed']:.0%} of turns' vCPUs were at most 10% slower after than before.{steal}")

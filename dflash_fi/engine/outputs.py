@@ -118,6 +118,8 @@ class TurnCpu:
     loop_ms: float
     others_median_loop_ms: float
     loop_ms_after: float
+    # the hypervisor's steal time on that vCPU during the turn (/proc/stat); None where not read
+    steal_ms: float | None = None
 
 
 @dataclass(frozen=True)

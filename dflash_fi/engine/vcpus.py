@@ -9,8 +9,9 @@ A host-bound engine is as fast as the vCPU its main thread lands on (vLLM's engi
 `VLLM_ENABLE_V1_MULTIPROCESSING=0`). So at a round's start the parent times the loop on every vCPU it may use
 (`choose`); for each turn it holds the engine's main thread on the fastest (`os.sched_setaffinity` per thread) and its
 other threads and processes on the rest, and times that vCPU before and after the turn. The engines compared in a
-round run on one vCPU, seconds apart. Each turn records the three times (`TurnCpu`): the results file shows how far
-apart the vCPUs were and whether the chosen one stayed fast.
+round run on one vCPU, seconds apart. Each turn records the three times and the hypervisor's steal time on the vCPU
+during the turn (`TurnCpu`): the results file shows how far apart the vCPUs were, whether the chosen one stayed fast,
+and whether a slow spell was the vCPU taken away (steal) or running slower.
 """
 
 from __future__ import annotations
@@ -47,6 +48,17 @@ def vcpu_speeds(cpus) -> dict[int, float]:
     return speeds
 
 
+def steal_ms(cpu: int) -> float | None:
+    """The hypervisor's steal time on `cpu` so far (ms; /proc/stat counts it in clock ticks), None where not found."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith(f"cpu{cpu} "):
+                return int(line.split()[8]) * 1000 / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        pass
+    return None
+
+
 def threads(pid: int) -> list[int]:
     try:
         return [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
@@ -72,7 +84,7 @@ class FastestVcpu:
     def __init__(self, cpus: set[int] | None = None):
         self.cpus = set(cpus or os.sched_getaffinity(0))
         self._chosen: tuple[int, float] | None = None  # the round's vCPU, the other vCPUs' median loop ms
-        self._held: tuple[int, float, float] | None = None
+        self._held: tuple[int, float, float, float | None] | None = None
 
     def choose(self) -> int:
         speeds = vcpu_speeds(sorted(self.cpus))
@@ -85,12 +97,14 @@ class FastestVcpu:
             self.choose()
         cpu, others = self._chosen
         hold(main_pid, pids, cpu, self.cpus)
-        self._held = (cpu, vcpu_speeds([cpu])[cpu], others)
+        self._held = (cpu, vcpu_speeds([cpu])[cpu], others, steal_ms(cpu))
 
     def after(self) -> TurnCpu | None:
         if self._held is None:
             return None
-        cpu, before, others = self._held
+        cpu, before, others, stolen = self._held
         self._held = None
+        now = steal_ms(cpu)
         return TurnCpu(cpu=cpu, loop_ms=round(before, 4), others_median_loop_ms=round(others, 4),
-                       loop_ms_after=round(vcpu_speeds([cpu])[cpu], 4))
+                       loop_ms_after=round(vcpu_speeds([cpu])[cpu], 4),
+                       steal_ms=None if now is None or stolen is None else round(now - stolen, 1))
