@@ -172,7 +172,7 @@ verdict(f"steps {PR_43081_STEPS[0]}-{PR_43081_STEPS[-1]} are PR #43081; steps "
 # "On the GPU" shows their calls and waits for them. Without a GPU, those sections use the committed records.
 
 # %%
-from dflash_fi.bench.e2e import BATCH1_PROMPTS, NEW_TOKENS, SHAPE_BATCH1_PROMPTS
+from dflash_fi.bench.e2e import BATCH1_PROMPTS, NEW_TOKENS, SHAPE_BATCH1_PROMPTS, SHAPE_NEW_TOKENS
 from dflash_fi.evidence.near_ties import committed_margin
 from dflash_fi.engine.workloads import MIXED_MAX_NUM_SEQS, MIXED_MAX_TOKENS, MIXED_PROMPT_BYTES, MIXED_REQUESTS
 from dflash_fi.notebook import LIVE_NEW_TOKENS, LIVE_PROMPTS
@@ -183,8 +183,9 @@ show("| where | prompts x new tokens | what runs |\n|---|---|---|\n"
      "reference decoder on the same prompts |\n"
      "| the walkthrough (`dflash-fi walkthrough`; the check cells without a GPU) | 32 x 128, and the mixed workload "
      "| every step's engine, committed under `runs/` |\n"
-     f"| the engine benchmark | batch 1: {BATCH1_PROMPTS} prompts decoded alone, then 8 and 32 together, x "
-     f"{NEW_TOKENS} | engines in turns (notebook 8); the Qwen3-4B shape: {SHAPE_BATCH1_PROMPTS} prompts |")
+     f"| the engine benchmark | batch 1: one prompt alone, the first {BATCH1_PROMPTS} by turns, then 8 and 32 "
+     f"together, x {NEW_TOKENS} | engines in turns (notebook 8); the Qwen3-4B shape: {SHAPE_BATCH1_PROMPTS} prompt at "
+     f"batch 1, x {SHAPE_NEW_TOKENS} |")
 verdict(f"live cells use {LIVE_PROMPTS} prompts because starting an engine costs more than decoding. The mixed "
         f"workload (the walkthrough's, in README) is {MIXED_REQUESTS} requests: prompts of {min(MIXED_PROMPT_BYTES)}-"
         f"{max(MIXED_PROMPT_BYTES)} bytes, max_tokens {min(MIXED_MAX_TOKENS)}-{max(MIXED_MAX_TOKENS)}, max_num_seqs "
