@@ -138,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", choices=("test-command", "nbval", "gpu-tests", "notebooks"))
     p.add_argument("file", help="the transcript")
     p.add_argument("--tag", default=None, help="the name's last part (default: the commit, 7 digits)")
+    p.add_argument("--ran", default=None, metavar="COMMAND",
+                   help="the command that produced the transcript (its header says it)")
 
     p = command("near-ties", commands.near_ties,
                 "measure the near-tie margin: where correct engines' greedy outputs part (GPU)")

@@ -180,8 +180,8 @@ def profile(args) -> int:
 
 def record(args) -> int:
     from dflash_fi.errors import BadInput
-    from dflash_fi.runs import TRANSCRIPTS, Kind, Runs
-    from dflash_fi.stack import git_commit, require_gpu
+    from dflash_fi.runs import TRANSCRIPTS, Kind, Runs, transcript
+    from dflash_fi.stack import git_commit, require_gpu, run_context
 
     kind = next(k for k in Kind if k.stem == args.kind)
     if kind not in TRANSCRIPTS:
@@ -192,7 +192,8 @@ def record(args) -> int:
         raise BadInput(f"no file {source} to record")
     gpu = require_gpu("dflash-fi record (a transcript of a GPU run is named by the GPU it ran on)")
     tag = args.tag or (git_commit() or "unknown")[:7]
-    print(Runs().write_new(kind, gpu.name, tag, source.read_text(),
+    text = transcript(kind, source.read_text(), run_context(), args.ran)
+    print(Runs().write_new(kind, gpu.name, tag, text,
                            remedy="give --tag for a second transcript of one commit (or commit first)"))
     return 0
 

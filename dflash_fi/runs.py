@@ -60,6 +60,17 @@ class Kind(Enum):
 
 # What a person records with `dflash-fi record`: the transcript of a GPU run that no dflash-fi command writes itself.
 TRANSCRIPTS = (Kind.TEST_COMMAND, Kind.NBVAL, Kind.GPU_TESTS, Kind.NOTEBOOKS)
+
+
+def transcript(kind: Kind, text: str, context: dict, command: str | None) -> str:
+    """A recorded transcript: where it ran (`dflash_fi.stack.run_context`) and what ran, in `#` lines, then the
+    transcript as given."""
+    versions = ", ".join(f"{name} {version}" for name, version in context["versions"].items())
+    return (f"# {kind.stem} transcript on {context['gpu']} (SM {context['compute_capability']}), commit "
+            f"{context['git_commit']}; {versions}; recorded {context['finished_at']} by `dflash-fi record`\n"
+            f"# command: {command or 'not given (record --ran says what produced this transcript)'}\n\n{text}")
+
+
 # Longest names first: "bench-turns" before a kind whose name were its prefix.
 _KINDS_BY_NAME = sorted((k for k in Kind if k.stem), key=lambda k: -len(k.stem))
 

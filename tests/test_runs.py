@@ -121,3 +121,15 @@ def test_a_walkthrough_is_its_manifest_and_the_records_that_point_to_it(tmp_path
     assert manifest.id == "complete" and list(found) == list(records)  # in the plan's order
     assert all(isinstance(r, EngineRecord) and r.walkthrough == "complete" for r in found.values())
     assert found[RunId(speculative=False)].generate().tokens == records[RunId(speculative=False)].generate().tokens
+
+
+def test_a_recorded_transcript_says_where_it_ran_and_what_ran():
+    from dflash_fi.runs import transcript
+
+    context = {"versions": {"vllm": "0.22.1", "torch": "2.11.0"}, "gpu": "NVIDIA H200", "compute_capability": "9.0",
+               "git_commit": "abc123", "finished_at": "2026-12-01T00:00:00Z"}
+    text = transcript(Kind.NBVAL, "1 passed\n", context, "pytest notebooks/08_what_it_costs.ipynb")
+    head, command, blank, body = text.split("\n", 3)
+    assert head.startswith("# nbval transcript on NVIDIA H200 (SM 9.0), commit abc123; vllm 0.22.1, torch 2.11.0;")
+    assert command == "# command: pytest notebooks/08_what_it_costs.ipynb" and not blank and body == "1 passed\n"
+    assert "record --ran" in transcript(Kind.NBVAL, "", context, None)  # an unnamed command says so

@@ -147,7 +147,7 @@ def e2e_pairs(turns):
         handles["target"] = ax.axhline(target, color="black", linestyle="--", linewidth=1)
         ax.axhline(1.0, color="#999999", linewidth=0.8)
         ax.set_xticks(range(len(sizes)), [str(b) for b in sizes])
-        ax.set_xlabel("batch: requests decoded together\n(batch 1: prompts decoded alone, one after another)", fontsize=9)
+        ax.set_xlabel("batch: requests decoded together\n(batch 1: one prompt alone per turn)", fontsize=9)
         ax.set_ylabel("over the FLASH_ATTN draft, " + ("tokens/s" if pair is Pair.EMBEDDED else "time per step"))
         ax.set_title(f"{pair.value}: " + ("higher is better" if pair is Pair.EMBEDDED else "lower is better"),
                      fontsize=10)
