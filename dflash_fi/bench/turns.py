@@ -102,8 +102,9 @@ def median_of_rounds(turns: Turns, run: RunId, batch: int, metric=tokens_per_s) 
     return statistics.median(values) if values else None
 
 
-def stability(turns: Turns, run: RunId, batch: int, metric=tokens_per_s) -> tuple[float, float] | None:
-    """The median and the largest move of one engine's value from one measured round to the next."""
+def stability(turns: Turns, run: RunId, batch: int, metric=step_ms) -> tuple[float, float] | None:
+    """The median and the largest move of one engine's value (default its step time, which the host moves and the
+    prompt hardly does: batch-1 turns change prompt every two rounds) from one measured round to the next."""
     rounds = turns.measured(run, batch)
     return round_to_round([metric(rounds[k]) for k in sorted(rounds)])
 
@@ -159,17 +160,17 @@ def targets_table(turns: Turns) -> str:
 
 def turns_table(turns: Turns, pair: Pair) -> str:
     """Markdown, one row per batch: each engine's median over measured rounds (tokens/s, or ms per step for the
-    Qwen3-4B shape) and how far it moved from one round to the next (median, largest)."""
+    Qwen3-4B shape) and how far its step time moved from one round to the next (median, largest)."""
     runs = turns.runs(pair)
     metric, fmt = (tokens_per_s, "{:.0f}") if pair is Pair.EMBEDDED else (step_ms, "{:.3f}")
     unit = "tokens/s at the median step" if pair is Pair.EMBEDDED else "ms per step"
-    lines = ["| batch | " + " | ".join(f"{label(run)}, {unit} (move between rounds: median, largest)" for run in runs)
-             + " |",
+    lines = ["| batch | " + " | ".join(f"{label(run)}, {unit} (step time's move between rounds: median, largest)"
+                                       for run in runs) + " |",
              "|---|" + "---|" * len(runs)]
     for batch in turns.batches(pair):
         cells = []
         for run in runs:
-            value, move = median_of_rounds(turns, run, batch, metric), stability(turns, run, batch, metric)
+            value, move = median_of_rounds(turns, run, batch, metric), stability(turns, run, batch)
             moved = f" ({move[0]:.1%}, {move[1]:.1%})" if move else ""
             cells.append("-" if value is None else fmt.format(value) + moved)
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
