@@ -141,6 +141,10 @@ def bench(args) -> int:
     from dflash_fi.runs import Kind, result_path, write_result
     from dflash_fi.stack import git_commit, require_gpu
 
+    if args.what == "e2e":
+        from dflash_fi.bench.e2e import require_rounds
+
+        require_rounds(args.rounds)  # before the GPU: bad input is refused first
     gpu = require_gpu(f"dflash-fi bench {args.what}")
     kind = Kind.BENCH_KERNELS if args.what == "kernels" else Kind.BENCH_TURNS
     out = result_path(kind, gpu.name, (git_commit() or "unknown")[:7], args.record, args.out)

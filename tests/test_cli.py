@@ -35,6 +35,7 @@ def refused(capsys, *argv: str) -> str:
     (("walkthrough", "--prompts", "1000"), "at most 64, not 1000"),
     (("run", "--step", "3", "--prompts", "1000"), "at most 64, not 1000"),
     (("run", "--step", "12"), "unknown step '12'"),
+    (("bench", "e2e", "--rounds", "1"), "--rounds must be at least 2"),  # refused before the GPU is asked for
     (("reference", "--prompts", "1000"), "at most 64, not 1000"),
     (("run", "--step", "3", "--drafter", "./nowhere"), "neither an existing model directory nor a hub id"),
 ])

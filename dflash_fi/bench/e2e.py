@@ -38,7 +38,7 @@ from dflash_fi.logs import LOG_DIR
 
 ROUNDS = 13  # the first warms up; twelve are measured
 BATCHES, SHAPE_BATCHES = (1, 8, 32), (1, 32)
-NEW_TOKENS, SHAPE_NEW_TOKENS = 256, 128  # short turns: a vCPU's speed holds for seconds
+NEW_TOKENS, SHAPE_NEW_TOKENS = 256, 128  # short turns: neighbours then meet the vCPU at one speed more often
 BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 2, 1
 QWEN3_4B_TARGET = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560,
@@ -106,15 +106,19 @@ def e2e_plan(pairs=(Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), quick: bool = False,
     return specs
 
 
+def require_rounds(rounds: int) -> None:
+    from dflash_fi.errors import BadInput
+
+    if rounds < 2:
+        raise BadInput(f"--rounds must be at least 2 (the first warms up), not {rounds}")
+
+
 def run_e2e_bench(quick: bool = False, pairs=(Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), rounds: int = ROUNDS,
                   print_fn=print) -> dict:
     from dflash_fi.engine.server import run_in_turns
     from dflash_fi.stack import require_gpu, run_context
 
-    from dflash_fi.errors import BadInput
-
-    if rounds < 2:
-        raise BadInput(f"--rounds must be at least 2 (the first warms up), not {rounds}")
+    require_rounds(rounds)
     gpu = require_gpu("dflash-fi bench e2e")
     specs = e2e_plan(pairs, quick)
     print_fn(f"{len(specs)} engines on {gpu.name}, started together, then {rounds} rounds in turn (round 1 warms up)")

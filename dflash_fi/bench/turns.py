@@ -230,7 +230,6 @@ def vcpu_spread(turns: Turns) -> dict[str, float] | None:
             "steal_ms": sum(stolen) if stolen else None}
 
 
-
 def vcpu_summary(turns: Turns) -> str:
     """One paragraph on the vCPUs the turns ran on (`vcpu_spread`), for the README's results page and notebook 8."""
     spread = vcpu_spread(turns)
