@@ -20,8 +20,8 @@
 # After step 7 (notebook 6) a FlashInfer draft build waits for nothing, but still plans every draft step: `plan()`
 # (scheduling on the host, a copy of the schedule to the GPU), numpy over the bounds, and a chain of small GPU
 # operations for the page table, each launch costing the host time. The FLASH_ATTN draft's build does none of that
-# (`fast_build=True`: no ahead-of-time schedule). Step 8 plans a draft batch once and keeps the plan while the batch
-# keeps its shape; notebook 8 measures what it saves.
+# (`fast_build=True`: no ahead-of-time schedule). Step 8 plans a draft batch once and keeps the plan while the contexts
+# grow and requests leave, until one joins; notebook 8 measures what it saves.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
@@ -45,7 +45,7 @@ verdict(f"on notebook 1's picture of a draft layer's path, step 8 lands in {', '
 # them:
 
 # %%
-from dflash_fi.lab.host_work import FA2_SCHEDULE_EXCERPT
+from dflash_fi.lab.flashinfer_source import FA2_SCHEDULE_EXCERPT
 from dflash_fi.notebook import show_flashinfer_source
 
 show_flashinfer_source(*FA2_SCHEDULE_EXCERPT)
@@ -54,10 +54,11 @@ show_flashinfer_source(*FA2_SCHEDULE_EXCERPT)
 # A length only counts its request's chunks; unsplit, every request is one chunk. Left are the batch size and
 # `qo_indptr` (and what each builder fixes: heads, page size, dtypes, ...). A DFlash draft block is 16 queries for
 # every request, so `qo_indptr` follows from the batch size and the block's length, and one integer of it, the
-# total, tells that a batch is made of such blocks. The batch size and the block's length are the key of a plan:
+# total, tells that a batch is made of such blocks. The batch size and the block's length are the key of a plan
+# (`_noncausal_plan_key`); a batch that matches it, or has fewer requests (next section), keeps the plan:
 
 # %%
-show_hunks(8, only=[1, 4], max_lines={4: 26}, context=0, joined=True)
+show_hunks(8, only=[1, 4], context=0, joined=True)
 
 # %% [markdown]
 # Comparing the whole `qo_indptr` instead (with numpy, on its host copy) cost the host as much as launching the page
@@ -69,16 +70,52 @@ show_hunks(8, only=[1, 4], max_lines={4: 26}, context=0, joined=True)
 show_hunks(8, only=[3], context=0)
 
 # %% [markdown]
-# From one draft step to the next the contexts grow and the key stays; a request joining or leaving changes it, for one
-# `plan()`. DCP and NVFP4 are still refused first (notebook 3). The short path writes the page table with one launch
-# of a Triton kernel, in place of step 7's chain of GPU operations:
+# From one draft step to the next the contexts grow and the key stays. DCP and NVFP4 are still refused first
+# (notebook 3). The short path's metadata is what the general path returns for the same batch; what it writes on the
+# GPU comes next.
+#
+# ## Requests that leave
+#
+# With a trained drafter, requests finish at different steps, and each one that finishes leaves the draft batch: a
+# plan keyed on the exact batch size would be made again at every departure (the first version of step 8 did that,
+# and its batch-8 and batch-32 builds cost the host more than those of batches whose requests all finish together).
+# A plan's rows are positions in the batch, not requests. When requests leave, the plan's rows past the batch are
+# emptied: their `qo_indptr` entries become the total (no queries), and the page-table kernel gives them no pages.
+# What FA2's kernel does with such a row, in the function each of its thread blocks runs:
 
 # %%
-show_hunks(8, only=[2, 6], max_lines={2: 21, 6: 8}, context=0, joined=True)
+from dflash_fi.lab.flashinfer_source import EMPTY_ROW_EXCERPT, FA2_QUERY_TILE_EXCERPT
+
+show_flashinfer_source(*EMPTY_ROW_EXCERPT)
 
 # %% [markdown]
-# One program per request sums the pages of the requests before it, writes its offsets and last-page length, and
-# copies its pages from the block table. A kept plan reads those buffers, rewritten in place by every build (hunk 5).
+# A row with no queries loads no query and stores no output row: both are bounded by `qo_len` (through
+# `qo_upper_bound`). Its first query tile (`qo_tile_idx` 0) also reads no key: `kv_start_idx` is 0 and the chunk ends
+# at `kv_len`, 0. A second tile would start its KV range past 0, and `chunk_end - chunk_start` would wrap around
+# (unsigned): so a plan keeps empty rows only where each request is one query tile. FA2's plan picks its query tile
+# from the packed query length (block length times query heads per KV head), never shorter than it up to 64:
+
+# %%
+show_flashinfer_source(*FA2_QUERY_TILE_EXCERPT)
+
+# %% [markdown]
+# A 16-query block with up to 4 query heads per KV head (the embedded pair has 2, Qwen3-4B 4) is one tile; with more,
+# a departure plans again. The metadata of a held plan, and the check:
+
+# %%
+show_hunks(8, only=[8, 9], context=0, joined=True)
+
+# %% [markdown]
+# A request that joins (more requests than the rows that still have queries) plans again, at the new size, so a plan
+# keeps no more empty rows than requests have left since it was made. The short path writes the page table with one
+# launch of a Triton kernel, in place of step 7's chain of GPU operations:
+
+# %%
+show_hunks(8, only=[2, 6], max_lines={2: 27, 6: 8}, context=0, joined=True)
+
+# %% [markdown]
+# One program per row sums the pages of the requests before it, writes its offsets and last-page length, and
+# copies its pages from the block table; a row past the batch (`num_reqs`) reads no length and gets no pages. A kept plan reads those buffers, rewritten in place by every build (hunk 5).
 # A launch through Triton's dispatch first binds the arguments, specializes on them and looks the compiled kernel up,
 # in Python, which cost the host more than the launch itself in a profile taken before hunk 7
 # (`runs/nvidia-h200.build-profile-c97f3e8.json`); the kernel is declared not to specialize on what changes between
@@ -89,7 +126,7 @@ show_hunks(8, only=[5, 7], max_lines={5: 12}, context=0, joined=True)
 
 # %% [markdown]
 # Step 7's copy into `_kv_lens_buffer` goes (FlashInfer's fa2 `run()` never reads it). One decode's draft steps through
-# the real builders, contexts growing, requests leaving and coming back (wrappers are doubles that count `plan()`;
+# the real builders, contexts growing, requests leaving and joining (wrappers are doubles that count `plan()`;
 # step 8's kernel runs from its own source under Triton's CPU interpreter):
 
 # %%
@@ -98,15 +135,18 @@ from dflash_fi.lab.host_work import plans_over_draft_steps
 
 over = {step: plans_over_draft_steps(step) for step in (7, 8)}
 show(plans_table(over))
-shapes = [r["draft_step"] for r in over[8] if r["new_shape"]]
-verdict(f"of {len(over[8])} draft steps, step 8 plans at {shapes}, where the batch's shape changes, and keeps the plan "
-        f"at the other {len(over[8]) - len(shapes)}; step 7 plans at every one.")
+planned = [r["draft_step"] for r in over[8] if r["plans"]]
+kept_empty = [r["draft_step"] for r in over[8] if r["empty_rows"]]
+verdict(f"of {len(over[8])} draft steps, step 8 plans at {planned} (the first, and where a request joins) and keeps "
+        f"the plan at the other {len(over[8]) - len(planned)}, of which {len(kept_empty)} with the rows of requests "
+        "that left emptied; step 7 plans at every one.")
 
 # %% [markdown]
 # ## On the GPU
 #
 # FlashInfer's fa2 kernel, bf16 and fp8 KV, through the draft steps above: each kept plan against a fresh plan of the
-# same schedule, one planned by default, and the reference. Then the engines of the first cell, with CUDA graphs
+# same schedule, one planned by default, and the reference; the output past the batch's rows filled with a sentinel
+# that an empty row's write would overwrite. Then the engines of the first cell, with CUDA graphs
 # (notebook 0, "Numbers you will see"), for the walkthrough's checks below.
 
 # %% tags=["gpu", "nbval-ignore-output"]
@@ -118,7 +158,8 @@ if session.gpu_cell():
     show(plan_reuse_table(reused))
     verdict(f"a kept plan computes what a fresh plan of the same schedule does (largest difference "
             f"{max(r['reused_vs_fresh_unsplit'] for v in reused.values() for r in v):.1e}), over page tables step 8's "
-            "kernel wrote, launched directly after its first launch.")
+            f"kernel wrote, launched directly after its first launch; its empty rows wrote past the batch at "
+            f"{sum(r['writes_past_output'] for v in reused.values() for r in v)} steps.")
 
 # %% tags=["gpu"]
 live = session.run_live(live_runs)
@@ -133,12 +174,17 @@ from dflash_fi.vocabulary import HOPPER
 claims = cudagraph_claims(8, HOPPER)
 check("step 8 keeps SM 9.0's FULL_AND_PIECEWISE, with a FLASH_ATTN and a FlashInfer target",
       {claims["resolved_mode"], claims["resolved_mode_flashinfer_target"]} == {"FULL_AND_PIECEWISE"})
-check("step 8 plans once per batch shape, step 7 every draft step, on exact page tables",
-      [r["plans"] for r in over[8]] == [r["new_shape"] for r in over[8]] and all(r["plans"] for r in over[7])
-      and all(r["reads_exact_page_table"] for rows in over.values() for r in rows))
+check("step 8 plans at the first draft step and where a request joins, step 7 at every one, on exact page tables; "
+      "rows of requests that left read no query and no page",
+      [r["plans"] for r in over[8]] == [r["expects_plan"] for r in over[8]] and all(r["plans"] for r in over[7])
+      and all(r["reads_exact_page_table"] for rows in over.values() for r in rows)
+      and bool(kept_empty) and all(r["empty_rows_read_nothing"] for r in over[8] if r["empty_rows"]))
 if session.on_gpu:
-    check("FlashInfer's kernel computes on kept plans what it does on fresh ones, over exact page tables",
-          all(r["page_table_exact"] and r["reused_vs_fresh_unsplit"] == 0 for v in reused.values() for r in v))
+    check("FlashInfer's kernel computes on kept plans what it does on fresh ones, over exact page tables, and writes "
+          "nothing past the batch from empty rows",
+          all(r["page_table_exact"] and r["reused_vs_fresh_unsplit"] == 0 and not r["writes_past_output"]
+              for v in reused.values() for r in v)
+          and any(r["empty_rows"] for v in reused.values() for r in v))
 else:
     skip("FlashInfer's kernel on kept plans, against fresh plans", "no CUDA GPU here")
 session.check_walkthrough(live_runs);
@@ -146,9 +192,10 @@ session.check_walkthrough(live_runs);
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# Step 8 plans a draft batch once per shape (an unsplit fa2 schedule depends on nothing else), keeps the plan while
-# the contexts grow, and writes the exact page table in one launch, past Triton's dispatch. Next, notebook 8: what the
-# final FlashInfer draft costs against the FLASH_ATTN draft.
+# Step 8 plans a draft batch once (an unsplit fa2 schedule depends on nothing but the batch size and block length),
+# keeps the plan while the contexts grow and requests leave (their rows emptied) until one joins, and writes the exact
+# page table in one launch, past Triton's dispatch. Next, notebook 8: what the final FlashInfer draft costs against
+# the FLASH_ATTN draft.
 #
 # ## Appendix
 

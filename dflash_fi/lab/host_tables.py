@@ -36,7 +36,10 @@ def plans_table(over: dict[int, list[dict]]) -> str:
               ("copies of `seq_lens` from the GPU", lambda rows: sum(r["copied_from_gpu"] for r in rows)),
               ("launches of step 8's page-table kernel", lambda rows: sum(r["page_table_launches"] or 0 for r in rows)),
               ("steps whose `run()` reads the exact page table",
-               lambda rows: sum(r["reads_exact_page_table"] for r in rows)))
+               lambda rows: sum(r["reads_exact_page_table"] for r in rows)),
+              ("steps that keep rows of requests that left", lambda rows: sum(r["empty_rows"] > 0 for r in rows)),
+              ("... whose rows read no query and no page",
+               lambda rows: sum(r["empty_rows"] > 0 and r["empty_rows_read_nothing"] for r in rows)))
     return _table(["over one decode's draft steps", *(f"step {s}" for s in over)],
                   [[name, *(total(rows) for rows in over.values())] for name, total in totals])
 
@@ -54,10 +57,12 @@ def bound_planning_table(rows: list[dict]) -> str:
 
 def plan_reuse_table(by_kv: dict[str, list[dict]]) -> str:
     """KV dtype -> `plan_reuse_errors(kv)`: one row per KV dtype, the largest differences over its draft steps."""
-    return _table(["KV", "draft steps", "`plan()` calls (new shapes)", "exact page tables",
-                   "kept plan vs fresh, same schedule", "kept vs reference", "fresh default vs reference"],
-                  [[kv, len(rows), f"{sum(r['planned'] for r in rows)} ({sum(r['new_shape'] for r in rows)})",
-                    sum(r["page_table_exact"] for r in rows),
+    return _table(["KV", "draft steps", "`plan()` calls (expected)", "exact page tables", "steps with empty rows",
+                   "writes past the batch", "kept plan vs fresh, same schedule", "kept vs reference",
+                   "fresh default vs reference"],
+                  [[kv, len(rows), f"{sum(r['planned'] for r in rows)} ({sum(r['expects_plan'] for r in rows)})",
+                    sum(r["page_table_exact"] for r in rows), sum(r["empty_rows"] > 0 for r in rows),
+                    sum(r["writes_past_output"] for r in rows),
                     *(f"{max(r[key] for r in rows):.1e}"
                       for key in ("reused_vs_fresh_unsplit", "reused_vs_reference", "fresh_vs_reference"))]
                    for kv, rows in by_kv.items()])

@@ -7,8 +7,8 @@ DFlash's FlashInfer draft layers are a group of their own: the runner hands thei
 real builder (`RoutingLab`) gets the target batches the runner would give it, and a draft batch as DFlash
 builds it (no host copy of the sequence lengths, only an upper bound). On a GPU, `bound_planning_errors` runs
 step 7's real builder and FlashInfer's real kernel, planned from the bounds and from the exact lengths, and
-`plan_reuse_errors` runs step 8's through a decode's draft steps, its plan reused while the batch's shape holds
-(`plans_over_draft_steps`: the same draft steps on the CPU, plan() counted at any step).
+`plan_reuse_errors` runs step 8's through a decode's draft steps, its plan reused while the batch keeps its block
+length and gains no request (`plans_over_draft_steps`: the same draft steps on the CPU, plan() counted at any step).
 """
 
 from __future__ import annotations
@@ -109,16 +109,9 @@ def bound_planning_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[d
                          "exact_vs_reference": (from_exact - ref).abs().max().item()})
     return rows
 
-# Where the host side of FlashInfer's fa2 plan() reads the KV lengths, and what split KV off makes of them: the file
-# under FlashInfer's include/, its function's first line, the blocks of lines to show, the lines that stand out.
-FA2_SCHEDULE_EXCERPT = ("flashinfer/attention/scheduler.cuh", r"inline auto PrefillSplitQOKVIndptr\(",
-                        [(r"kv_len_arr\[i\] = ", r"kv_len_arr\[i\] = "), (r"if \(disable_split_kv\)", r"numeric_limits"),
-                         (r"int64_t kv_len = ", r"num_chunks_kv = ")], (r"numeric_limits", r"num_chunks_kv = "))
-
-
 class DraftStep(NamedTuple):
     batch: Batch
-    new_shape: bool  # its (batch size, qo_indptr) differs from the draft step before: step 8 plans it
+    expects_plan: bool  # step 8 plans it: the first, or a request joined (the batch outgrew the plan's filled rows)
 
 
 def _draft(contexts: tuple[int, ...], grown: int, slack_seed: int) -> Batch:
@@ -128,15 +121,17 @@ def _draft(contexts: tuple[int, ...], grown: int, slack_seed: int) -> Batch:
 
 
 _SHORT, _LONG = (37, 90, 150, 304), (4000, 8174)
-# One decode's draft steps as DFlash builds them: contexts grow by a block per step, a request leaves and comes back
-# (the batch size changes and changes back), bounds exceed the exact lengths by 0-15 tokens (across a page, and
-# for long contexts, where FlashInfer would otherwise split the KV).
+_SENTINEL = 3.0  # fills the output past the batch's rows, where an empty row's queries would land
+# One decode's draft steps as DFlash builds them: contexts grow by a block per step, requests leave (the plan's last
+# rows go empty) and join (planned again), bounds exceed the exact lengths by 0-15 tokens (across a page, and for
+# long contexts, where FlashInfer would otherwise split the KV).
 PLAN_REUSE_STEPS = (
     *(DraftStep(_draft(_SHORT, Q * k, k), k == 0) for k in range(3)),
-    *(DraftStep(_draft(_SHORT[:3], Q * k, k), k == 3) for k in range(3, 5)),
-    *(DraftStep(_draft(_SHORT, Q * k, k), k == 5) for k in range(5, 7)),
-    *(DraftStep(_draft(_LONG, Q * k, k), k == 0) for k in range(3)),
-    *(DraftStep(_draft(_LONG[1:], Q * k, k), k == 3) for k in range(3, 5)),
+    *(DraftStep(_draft(_SHORT[:3], Q * k, k), False) for k in range(3, 5)),  # one leaves
+    *(DraftStep(_draft(_SHORT, Q * k, k), k == 5) for k in range(5, 7)),  # it joins again
+    *(DraftStep(_draft(_LONG, Q * k, k), False) for k in range(3)),  # two leave, the others' contexts long
+    *(DraftStep(_draft(_LONG[1:], Q * k, k), False) for k in range(3, 5)),  # one alone
+    DraftStep(_draft(_LONG, Q * 5, 5), True),  # one joins
 )
 
 
@@ -154,8 +149,9 @@ def exact_page_table(cad) -> tuple[list[int], list[int], list[int]]:
 def plans_over_draft_steps(step: int, steps=PLAN_REUSE_STEPS, capability=HOPPER) -> list[dict]:
     """CPU. One decode's draft steps (`steps`) through step `step`'s real builder, wrappers doubles (step 8's page-table
     kernel runs under Triton's interpreter). Per draft step: the plan() calls its build made, whether it copied
-    seq_lens from the GPU, the launches of step 8's page-table kernel (None before step 8), and whether the page table
-    the wrapper's run() reads is the exact lengths'."""
+    seq_lens from the GPU, the launches of step 8's page-table kernel (None before step 8), whether the page table
+    the wrapper's run() reads is the exact lengths', and the rows past the batch it reads (requests that left a plan
+    that holds: step 8 only), and whether those have neither queries nor pages."""
     from vllm.config import set_current_vllm_config
 
     rows = []
@@ -169,20 +165,26 @@ def plans_over_draft_steps(step: int, steps=PLAN_REUSE_STEPS, capability=HOPPER)
             with set_current_vllm_config(config):
                 wrapper = builder.build(0, cad).prefill.wrapper
             n = cad.num_reqs
-            indptr = wrapper._paged_kv_indptr_buf[: n + 1].tolist()
+            all_indptr = wrapper._paged_kv_indptr_buf.tolist()
+            indptr = all_indptr[: n + 1]
             read = (indptr, wrapper._paged_kv_last_page_len_buf[:n].tolist(),
                     wrapper._paged_kv_indices_buf[: indptr[-1]].tolist())
-            rows.append({"draft_step": index, "batch": draft.batch.name, "new_shape": draft.new_shape,
+            qo_indptr = wrapper._qo_indptr_buf.tolist()
+            rows.append({"draft_step": index, "batch": draft.batch.name, "expects_plan": draft.expects_plan,
                          "plans": len(wrapper.plans) - plans, "copied_from_gpu": cad._seq_lens_cpu is not None,
                          "page_table_launches": len(kernel.launches) - launches if kernel else None,
-                         "reads_exact_page_table": read == exact_page_table(cad)})
+                         "reads_exact_page_table": read == exact_page_table(cad),
+                         "empty_rows": len(all_indptr) - 1 - n,
+                         "empty_rows_read_nothing": set(all_indptr[n:]) == {indptr[-1]}
+                         and set(qo_indptr[n:]) == {cad.num_actual_tokens}})
     return rows
 
 
 def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]:
     """GPU only. PLAN_REUSE_STEPS through step 8's real builder and FlashInfer's real kernel, `plan()` counted by a spy
     around FlashInfer's own method. Per step: whether the builder planned, whether the page table its kernel wrote is
-    the exact lengths' (computed here on the host), and the largest differences of its output
+    the exact lengths' (computed here on the host), the plan's empty rows (requests that left), whether the kernel
+    wrote anything past the batch's rows of the output (a sentinel there), and the largest differences of its output
     from a FlashInfer wrapper planned afresh on the exact lengths with split KV off as the builder's plan has it (the
     same schedule: 0 expected), from one planned as FlashInfer plans by default, and from the fp32 reference."""
     from unittest import mock
@@ -218,7 +220,11 @@ def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]
             plans_before = sum(w is builder._noncausal_prefill_wrapper for w in planned)
             with set_current_vllm_config(config):
                 md = builder.build(0, cad)
-            reused = md.prefill.wrapper.run(q, kv).float()
+            tokens = cad.num_actual_tokens
+            past = (builder._noncausal_plan_rows - cad.num_reqs + 1) * Q  # the empty rows' blocks, and one more
+            out = torch.full((tokens + past, hq, d), _SENTINEL, dtype=torch.bfloat16, device="cuda")
+            md.prefill.wrapper.run(q, kv, out=out[:tokens])  # what forward() hands it: the batch's rows
+            reused = out[:tokens].float()
             lengths = cad.seq_lens.cpu()
             pages = (lengths + KV_PAGE_SIZE - 1) // KV_PAGE_SIZE
             indptr = torch.cat([torch.zeros(1, dtype=torch.int32), pages.cumsum(0).to(torch.int32)])
@@ -238,8 +244,10 @@ def plan_reuse_errors(kv_cache_dtype: str = "auto", seed: int = 0) -> list[dict]
             ref = paged_attention_reference(q, kv.float(), cad.block_table_tensor, lengths, cad.query_start_loc_cpu,
                                             causal=False).float()
             rows.append({"step": index, "batch": step.batch.name, "kv_dtype": kv_cache_dtype,
-                         "new_shape": step.new_shape, "copied_from_gpu": cad._seq_lens_cpu is not None,
+                         "expects_plan": step.expects_plan, "copied_from_gpu": cad._seq_lens_cpu is not None,
                          "planned": sum(w is builder._noncausal_prefill_wrapper for w in planned) - plans_before,
+                         "empty_rows": builder._noncausal_plan_rows - n,
+                         "writes_past_output": bool((out[tokens:] != _SENTINEL).any()),
                          "page_table_exact": all(torch.equal(a, b) for a, b in zip(written, (
                              indptr, last_page_len, indices))),
                          "reused_vs_fresh_unsplit": (reused - outputs[0]).abs().max().item(),

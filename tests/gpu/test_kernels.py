@@ -1,5 +1,5 @@
 """GPU-only: FlashInfer's real kernels against the reference, step 6's CUDA-graph wrappers replaying new plans,
-step 7's plans from host-side bounds, step 8's plan reused across draft steps, and the walkthrough's checks on live
+step 7's plans from host-side bounds, step 8's plan reused across draft steps (requests leaving it), and the walkthrough's checks on live
 engines (recorded in a temporary ledger, never in runs/)."""
 
 import os
@@ -83,19 +83,22 @@ def test_step7_plans_from_host_bounds_and_computes_what_exact_lengths_give(kv_ca
 
 @pytest.mark.step8
 @pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8"])
-def test_step8_reuses_a_draft_plan_while_the_shape_holds_and_computes_what_a_fresh_plan_gives(kv_cache_dtype):
-    """One decode's draft steps (contexts growing by a block per step, a request leaving and coming back, bounds above
-    the exact lengths, short and long contexts) through step 8's real builder and FlashInfer's real kernel: plan() runs
-    only when the batch's shape changes, and every step's output is what a wrapper planned afresh on the exact lengths
-    computes, bit for bit with the same schedule (split KV off), and the fp32 reference's."""
+def test_step8_reuses_a_draft_plan_until_a_request_joins_and_computes_what_a_fresh_plan_gives(kv_cache_dtype):
+    """One decode's draft steps (contexts growing by a block per step, requests leaving and joining, bounds above the
+    exact lengths, short and long contexts) through step 8's real builder and FlashInfer's real kernel: plan() runs
+    only for the first step and when a request joins; rows of requests that left stay in the plan, empty, and the
+    kernel writes nothing past the batch's rows; every step's output is what a wrapper planned afresh on the exact
+    lengths computes, bit for bit with the same schedule (split KV off), and the fp32 reference's."""
     from dflash_fi.lab.host_work import PLAN_REUSE_STEPS, plan_reuse_errors
 
     rows = plan_reuse_errors(kv_cache_dtype)
     table = "\n".join(map(str, rows))
     assert len(rows) == len(PLAN_REUSE_STEPS) and not any(r["copied_from_gpu"] for r in rows), table
-    assert [r["planned"] for r in rows] == [int(s.new_shape) for s in PLAN_REUSE_STEPS], (
-        "the builder's wrapper was planned (1) or reused (0) other than exactly when the batch's shape changed:\n"
+    assert [r["planned"] for r in rows] == [int(s.expects_plan) for s in PLAN_REUSE_STEPS], (
+        "the builder's wrapper was planned (1) or reused (0) other than at the first step and where a request joined:\n"
         + table)
+    assert {r["empty_rows"] for r in rows} == {0, 1, 2, 3} and not any(r["writes_past_output"] for r in rows), (
+        "FlashInfer's kernel wrote past the batch's rows of the output, from the plan's empty rows:\n" + table)
     assert all(r["page_table_exact"] for r in rows), (
         "step 8's Triton kernel wrote a page table other than the exact lengths' (paged_kv_indptr, "
         "paged_kv_last_page_len, paged_kv_indices):\n" + table)

@@ -76,12 +76,15 @@ def test_unread_metadata_fails_loudly_if_a_forward_ever_reads_it():
 
 
 @pytest.mark.step8
-def test_over_a_decodes_draft_steps_only_step_8_plans_once_per_shape():
+def test_over_a_decodes_draft_steps_only_step_8_plans_once_until_a_request_joins():
     from dflash_fi.lab.host_work import PLAN_REUSE_STEPS, plans_over_draft_steps
 
     six, seven, eight = (plans_over_draft_steps(step) for step in (6, 7, 8))
     assert all(r["plans"] == 1 for r in six + seven)
-    assert [r["plans"] for r in eight] == [int(s.new_shape) for s in PLAN_REUSE_STEPS] and 0 in [r["plans"] for r in eight]
+    assert [r["plans"] for r in eight] == [int(s.expects_plan) for s in PLAN_REUSE_STEPS]
+    assert not any(r["empty_rows"] for r in six + seven)
+    assert {r["empty_rows"] for r in eight} == {0, 1, 2, 3}  # one, two and three requests gone from a plan
+    assert all(r["empty_rows_read_nothing"] for r in eight if r["empty_rows"])
     assert all(r["copied_from_gpu"] for r in six) and not any(r["copied_from_gpu"] for r in seven + eight)
     assert [r["page_table_launches"] for r in eight] == [1] * len(PLAN_REUSE_STEPS)
     assert all(r["page_table_launches"] is None for r in six + seven)
@@ -99,13 +102,19 @@ def test_the_host_work_tables_show_what_the_lab_returned():
     assert "| `seq_lens` copied from the GPU (waits for it) | True | False |" in draft_build_table(built)
     runner = {s: [{"batch": "decode", "planned": s == 6}, {"batch": "verify", "planned": s == 6}] for s in (6, 7)}
     assert runner_table(runner).splitlines()[2:] == ["| decode | True | False |", "| verify | True | False |"]
-    over = {8: [{"plans": 1, "copied_from_gpu": False, "page_table_launches": 1, "reads_exact_page_table": True},
-                {"plans": 0, "copied_from_gpu": False, "page_table_launches": 1, "reads_exact_page_table": True}]}
-    assert "| `plan()` calls | 1 |" in plans_table(over) and "| launches of step 8's page-table kernel | 2 |" in plans_table(over)
+    over = {8: [{"plans": 1, "copied_from_gpu": False, "page_table_launches": 1, "reads_exact_page_table": True,
+                 "empty_rows": 0, "empty_rows_read_nothing": True},
+                {"plans": 0, "copied_from_gpu": False, "page_table_launches": 1, "reads_exact_page_table": True,
+                 "empty_rows": 2, "empty_rows_read_nothing": False}]}
+    lines = plans_table(over).splitlines()
+    assert "| `plan()` calls | 1 |" in lines and "| launches of step 8's page-table kernel | 2 |" in lines
+    assert lines[-2:] == ["| steps that keep rows of requests that left | 1 |",
+                          "| ... whose rows read no query and no page | 0 |"]
     bounded = [{"batch": b, "kv_dtype": kv, "copied_from_gpu": False, "bounds_vs_exact": e, "bounds_vs_reference": 2e-3,
                 "exact_vs_reference": 2e-3} for kv in ("auto", "fp8") for b, e in (("a", 1e-4), ("b", 3e-4))]
     assert bound_planning_table(bounded).splitlines()[2:] == ["| auto | 2 | 0 | 3.0e-04 | 2.0e-03 | 2.0e-03 |",
                                                               "| fp8 | 2 | 0 | 3.0e-04 | 2.0e-03 | 2.0e-03 |"]
-    reused = {"auto": [{"planned": p, "new_shape": p, "page_table_exact": True, "reused_vs_fresh_unsplit": 0.0,
-                        "reused_vs_reference": 1e-3, "fresh_vs_reference": 2e-3} for p in (1, 0, 0)]}
-    assert plan_reuse_table(reused).splitlines()[2] == "| auto | 3 | 1 (1) | 3 | 0.0e+00 | 1.0e-03 | 2.0e-03 |"
+    reused = {"auto": [{"planned": p, "expects_plan": p, "page_table_exact": True, "empty_rows": e,
+                        "writes_past_output": False, "reused_vs_fresh_unsplit": 0.0, "reused_vs_reference": 1e-3,
+                        "fresh_vs_reference": 2e-3} for p, e in ((1, 0), (0, 0), (0, 1))]}
+    assert plan_reuse_table(reused).splitlines()[2] == "| auto | 3 | 1 (1) | 3 | 1 | 0 | 0.0e+00 | 1.0e-03 | 2.0e-03 |"

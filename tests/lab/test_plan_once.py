@@ -1,6 +1,7 @@
 """Step 8 on the real FlashInferMetadataBuilder (FlashInfer's wrappers are doubles that count plan(); step 8's
-page-table kernel runs from its own source under Triton's CPU interpreter): a draft plan made once per batch shape,
-the exact page table written by one kernel launch, everything else routed as at step 7."""
+page-table kernel runs from its own source under Triton's CPU interpreter): a draft plan made once and kept until a
+request joins (requests that leave keep their rows, empty), the exact page table written by one kernel launch,
+everything else routed as at step 7."""
 
 import inspect
 from itertools import accumulate
@@ -80,37 +81,40 @@ def test_each_build_writes_the_page_table_in_one_launch_from_the_gpu_lengths():
         for step in range(3):
             _, cad = build(lab, draft(grown=Q * step))
             (grid, args, _), = kernel.launches[step:]
-            assert grid == (cad.num_reqs,) and args[3] is cad.seq_lens and args[4] is cad.block_table_tensor
+            assert grid == (cad.num_reqs, 1, 1) and args[3] is cad.seq_lens and args[4] is cad.block_table_tensor
+            assert args[6] == cad.num_reqs
 
 
-def test_a_new_batch_size_or_block_plans_again_and_uneven_queries_always_do():
+def test_a_joining_request_or_a_new_block_plans_again_and_uneven_queries_always_do():
     """The key is (num_reqs, max_query_len), which fixes qo_indptr for uniform blocks only: a batch whose queries
-    differ in length is planned every time, as at step 7 (DFlash's drafts never are such a batch)."""
+    differ in length is planned every time, as at step 7 (DFlash's drafts never are such a batch). Fewer requests
+    keep the plan (their rows empty), more plan again."""
     with RoutingLab(8) as lab:
         expected = 0
-        for batch, new_shape in ((draft(4), True), (draft(4, grown=Q), False), (draft(3), True),
+        for batch, plans_it in ((draft(4), True), (draft(4, grown=Q), False), (draft(3), False),
                                  (draft(3, grown=2 * Q), False), (draft(4, grown=3 * Q), True),  # one wrapper
                                  (draft(4, query_lens=(Q, 8, Q, 8)), True),
                                  (draft(4, query_lens=(8, Q, 8, Q)), True),  # same size and max, other qo_indptr
                                  (draft(4, query_lens=(8, Q, 8, Q), grown=Q), True),
                                  (draft(4, query_lens=(8, 8, 8, 8)), True),
                                  (draft(4, query_lens=(8, 8, 8, 8), grown=Q), False),  # uniform: kept
+                                 (draft(2, query_lens=(8, 8)), False),  # and fewer of them
                                  (draft(4, grown=4 * Q), True)):
-            expected += new_shape
+            expected += plans_it
             _, cad = build(lab, batch)
             assert plans(lab) == expected, batch
             assert written_page_table(lab.builders["draft"][0], cad.num_reqs) == exact_page_table(cad)
 
 
 def test_the_gpu_tests_draft_steps_plan_where_the_gpu_test_expects():
-    """tests/gpu runs PLAN_REUSE_STEPS through the real kernel and expects plan() exactly where `new_shape` says."""
+    """tests/gpu runs PLAN_REUSE_STEPS through the real kernel and expects plan() exactly where `expects_plan` says."""
     from dflash_fi.lab.host_work import PLAN_REUSE_STEPS
 
     with RoutingLab(8) as lab:
         for index, step in enumerate(PLAN_REUSE_STEPS):
             before = plans(lab)
             _, cad = build(lab, step.batch)
-            assert plans(lab) - before == step.new_shape, index
+            assert plans(lab) - before == step.expects_plan, index
             assert written_page_table(lab.builders["draft"][0], cad.num_reqs) == exact_page_table(cad), index
     cads = [common_metadata(s.batch) for s in PLAN_REUSE_STEPS]
     assert any(-(-b // KV_PAGE_SIZE) > -(-e // KV_PAGE_SIZE) for c in cads  # a bound a page above its length
@@ -193,11 +197,64 @@ def test_the_page_table_kernel_on_empty_full_and_many_page_requests(dtype):
     table = torch.arange(len(lens) * 20, dtype=torch.int32).view(len(lens), 20)[:, :16] + 1000  # row stride 20
     indptr, last, indices = (torch.full((n,), -1, dtype=torch.int32) for n in (len(lens) + 1, len(lens), 100))
     kernel = TritonInterpreted(backend_module(8)._fill_paged_kv_kernel)
-    kernel[(len(lens),)](indptr, indices, last, lens, table, table.stride(0), PAGE_SIZE=KV_PAGE_SIZE, BLOCK_SIZE=4)
+    kernel[(len(lens),)](indptr, indices, last, lens, table, table.stride(0), len(lens), PAGE_SIZE=KV_PAGE_SIZE,
+                         BLOCK_SIZE=4)
     assert indptr.tolist() == [0, *accumulate(pages.tolist())]
     assert last.tolist() == [0, 16, 1, 1, 8, 0, 1, 16, 15]
     assert indices[: indptr[-1]].tolist() == [int(p) for r, n in enumerate(pages.tolist()) for p in table[r, :n]]
     assert (indices[indptr[-1]:] == -1).all()  # nothing written past the table
+
+
+def test_the_page_table_kernel_gives_rows_past_the_batch_no_pages():
+    """Rows of a held plan whose requests left (program ids from num_reqs on): no pages, whatever seq_lens holds
+    there, and every page offset past the batch at its total; the batch's own rows as before."""
+    lens = torch.tensor([5, 40, 17, 99, 99], dtype=torch.int32)  # the last two are past the batch: not read
+    table = torch.arange(5 * 8, dtype=torch.int32).view(5, 8) + 100
+    indptr, last, indices = (torch.full((n,), -1, dtype=torch.int32) for n in (6, 5, 60))
+    kernel = TritonInterpreted(backend_module(8)._fill_paged_kv_kernel)
+    kernel[(5,)](indptr, indices, last, lens, table, table.stride(0), 3, PAGE_SIZE=KV_PAGE_SIZE, BLOCK_SIZE=2)
+    assert indptr.tolist() == [0, 1, 4, 6, 6, 6] and last.tolist() == [5, 8, 1, 0, 0]
+    assert indices[:6].tolist() == [100, 108, 109, 110, 116, 117] and (indices[6:] == -1).all()
+
+
+def test_requests_that_leave_keep_their_rows_empty_and_one_that_joins_plans_again():
+    """Three requests leave one by one, then one joins: one plan until the join. Each build empties the plan's rows
+    past the batch (no queries in the wrapper's qo_indptr, no pages), and run() attends over the batch's own rows."""
+    from dflash_fi.reference.paged_attention import paged_attention_reference
+
+    torch.manual_seed(0)
+    with RoutingLab(8) as lab:
+        builder = lab.builders["draft"][0]
+        kv = torch.randn(200, 2, KV_PAGE_SIZE, builder.num_kv_heads, builder.head_dim)
+        for n, grown, planned in ((4, 0, 1), (3, Q, 1), (2, 2 * Q, 1), (1, 3 * Q, 1), (1, 4 * Q, 1), (2, 5 * Q, 2)):
+            md, cad = build(lab, draft(n, grown=grown))
+            wrapper = md.prefill.wrapper
+            rows = 4 if planned == 1 else 2
+            assert plans(lab) == planned and builder._noncausal_plan_rows == rows, n
+            assert wrapper._qo_indptr_buf.tolist() == [min(r, n) * Q for r in range(rows + 1)]
+            assert wrapper._paged_kv_indptr_buf.tolist()[n:] == [exact_page_table(cad)["indptr"][-1]] * (rows - n + 1)
+            assert wrapper._paged_kv_last_page_len_buf.tolist()[n:] == [0] * (rows - n)
+            assert md.num_prefills == n and md.num_actual_tokens == n * Q
+            q = torch.randn(cad.num_actual_tokens, builder.num_qo_heads, builder.head_dim)
+            expected = paged_attention_reference(q, kv, cad.block_table_tensor, cad.seq_lens, cad.query_start_loc_cpu,
+                                                 causal=False)
+            torch.testing.assert_close(wrapper.run(q, kv), expected)
+
+
+def test_a_request_that_leaves_plans_again_where_an_empty_row_would_be_two_query_tiles():
+    """A 16-query block with 8 query heads per KV head packs 128 rows: FA2 may tile that in two, and a second tile of
+    an empty row would take a KV range as if it had queries. There the builder plans again when a request leaves."""
+    with RoutingLab(8) as lab:
+        builder = lab.builders["draft"][0]
+        build(lab, draft(4))
+        build(lab, draft(3, grown=Q))
+        assert plans(lab) == 1 and builder._one_query_tile(Q)
+        builder.num_qo_heads = 8 * builder.num_kv_heads  # fixed when a builder is made; set here to show the gate
+        assert not builder._one_query_tile(Q) and builder._one_query_tile(Q // 2)
+        build(lab, draft(2, grown=2 * Q))
+        assert plans(lab) == 2 and builder._noncausal_plan_rows == 2
+        build(lab, draft(2, grown=3 * Q))
+        assert plans(lab) == 2  # the same batch size keeps it
 
 
 @pytest.mark.parametrize("seq_lens", ["*i32", "*i64"])
@@ -211,16 +268,34 @@ def test_the_page_table_kernel_compiles_for_the_gpus_it_runs_on(compute_capabili
 
     one = torch.ones(1, dtype=torch.int32)
     TritonInterpreted(backend_module(8)._fill_paged_kv_kernel)[(1,)](
-        torch.zeros(2, dtype=torch.int32), one.clone(), one.clone(), one, one, 1, PAGE_SIZE=KV_PAGE_SIZE, BLOCK_SIZE=8)
+        torch.zeros(2, dtype=torch.int32), one.clone(), one.clone(), one, one, 1, 1, PAGE_SIZE=KV_PAGE_SIZE,
+        BLOCK_SIZE=8)
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     kernel = triton.jit(triton_source(backend_module(8)._fill_paged_kv_kernel))
     signature = {"paged_kv_indptr": "*i32", "paged_kv_indices": "*i32", "paged_kv_last_page_len": "*i32",
-                 "seq_lens": seq_lens, "block_table": "*i32", "block_table_stride": "i32",
+                 "seq_lens": seq_lens, "block_table": "*i32", "block_table_stride": "i32", "num_reqs": "i32",
                  "PAGE_SIZE": "constexpr", "BLOCK_SIZE": "constexpr"}
     assert list(signature) == kernel.arg_names
     compiled = triton.compile(ASTSource(kernel, signature, {"PAGE_SIZE": KV_PAGE_SIZE, "BLOCK_SIZE": 1024}),
                               target=GPUTarget("cuda", compute_capability, 32))
     assert compiled.asm["cubin"] and f"sm_{compute_capability}" in compiled.asm["ptx"]
+
+
+def test_flashinfers_fa2_query_tile_is_never_shorter_than_a_packed_query_length_of_at_most_64():
+    """Why `_one_query_tile` gates at 64 packed queries (notebook 7 shows the function): FlashInfer's
+    FA2DetermineCtaTileQ gives 128 above 64 (head sizes under 256), else 64 above 16 or before SM 8.0, else 16."""
+    import re
+    from pathlib import Path
+
+    import flashinfer
+
+    from dflash_fi.lab.flashinfer_source import FA2_QUERY_TILE_EXCERPT
+
+    text = (Path(flashinfer.__file__).parent / "data" / "include" / FA2_QUERY_TILE_EXCERPT[0]).read_text()
+    body = text[re.search(FA2_QUERY_TILE_EXCERPT[1], text).start():]
+    body = body[: body.index("\n}\n")]
+    assert re.findall(r"avg_packed_qo_len > (\d+)", body) == ["64", "16"]
+    assert re.findall(r"return (\d+);", body) == ["128", "64", "16", "64"]
 
 
 def test_flashinfers_fa2_run_never_hands_its_kernel_the_kv_lens_buffer():
