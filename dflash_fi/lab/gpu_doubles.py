@@ -3,7 +3,8 @@
 `FlashInferMetadataBuilder.build()` decides the routing of a batch in plain Python, then hands the
 decision to FlashInfer wrapper objects (`plan()` JIT-loads CUDA kernels) and to Triton kernels. These
 doubles stand in for the wrappers and vLLM's own page-index kernel, record every call, and mirror the one
-piece of wrapper state vLLM reads back: `_causal`, set by `plan(causal=...)`. Step 8's page-table kernel
+piece of wrapper state vLLM reads back, `_causal`, set by `plan(causal=...)`, and the check FlashInfer's `run()` makes
+before any kernel: q's rows against the `qo_indptr[-1]` that `plan()` kept. Step 8's page-table kernel
 is no double: `TritonInterpreted` runs its own source under Triton's CPU interpreter. On a GPU the same
 `build()` runs with the real objects (see the walkthrough's runs), so the doubles never decide anything
 themselves.
@@ -40,6 +41,7 @@ class PrefillWrapperDouble:
         self._logits_soft_cap = kwargs.get("logits_soft_cap") or 0.0
         self._sm_scale = kwargs.get("sm_scale")
         self.plans.append({"causal": causal, **{k: v for k, v in kwargs.items() if not torch.is_tensor(v)}})
+        self._qo_indptr_last = int(qo_indptr[-1])  # as FlashInfer keeps it, for run()'s check
         if not self.use_cuda_graph and "paged_kv_indptr" in kwargs:
             self._qo_indptr_buf = qo_indptr.clone()
             self._paged_kv_indptr_buf = kwargs["paged_kv_indptr"].clone()
@@ -48,6 +50,9 @@ class PrefillWrapperDouble:
 
     def run(self, q, paged_kv_cache, **kwargs):
         from dflash_fi.reference.paged_attention import paged_attention_reference
+
+        if q.size(0) != self._qo_indptr_last:  # FlashInfer's own check, before any kernel
+            raise ValueError(f"q.shape[0] ({q.size(0)}) does not match qo_indptr[-1] ({self._qo_indptr_last}).")
 
         indptr, last = self._paged_kv_indptr_buf.tolist(), self._paged_kv_last_page_len_buf.tolist()
         pages = [self._paged_kv_indices_buf[indptr[r]:indptr[r + 1]] for r in range(len(last))]

@@ -22,19 +22,20 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   (`runs/nvidia-h200.build-profile-31f293d.json`). Any other plan of that wrapper (non-uniform queries, a non-causal
   batch with exact host lengths) clears it.
 - **The plan holds while requests leave.** A request that leaves the batch keeps its row of the plan, empty: the
-  builder sets the row's `qo_indptr` entries to the total (no queries, in the plan's own `_qo_indptr_buf`, once per
-  departure) and the page-table kernel gives it no pages (every step). FA2's kernel bounds every load and store of a
-  request by its query length (`load_q_global_smem`, `write_o_reg_gmem` in `prefill.cuh`), so an empty row reads and
-  writes nothing, provided it is one query tile: with several, a later tile would compute its KV range as if the row
-  had queries. FA2's plan never tiles a uniform batch shorter than its packed query length (block length times query
-  heads per KV head) when that is at most 64 (`FA2DetermineCtaTileQ` in `utils.cuh`): a 16-query DFlash block with
-  up to 4 query heads per KV head; above that, a departure plans again. A request that joins (the batch outgrows the
-  rows that still have queries) plans again, at the new size, so a plan never keeps more empty rows than requests
-  have left since. Step 8 as first landed planned again at every departure too, and the trained pair's requests
-  finish at different steps: its draft builds at batch 8 and 32 cost the host more per step than the Qwen3-4B
-  shape's at batch 32, whose requests all finish together (`runs/nvidia-h200.bench-turns-afd2af4.json`). One wrapper
-  serves every size: a cache of wrappers per batch size would bring each its own 8 MB integer workspace on the GPU
-  and 8 MB of pinned host memory.
+  builder sets the row's `qo_indptr` entries to the total (no queries, in the plan's own `_qo_indptr_buf`, and the
+  total `run()` checks q's rows against, `_qo_indptr_last`; once per departure) and the page-table kernel gives it
+  no pages (every step). FA2's kernel bounds every load and store of a request by its query length
+  (`load_q_global_smem`, `write_o_reg_gmem` in `prefill.cuh`), so an empty row reads and writes nothing, provided it
+  is one query tile: with several, a later tile would compute its KV range as if the row had queries. FA2's plan
+  never tiles a uniform batch shorter than its packed query length (block length times query heads per KV head) when
+  that is at most 64 (`FA2DetermineCtaTileQ` in `utils.cuh`): a 16-query DFlash block with up to 4 query heads per
+  KV head; above that, a departure plans again. A request that joins (the batch outgrows the rows that still have
+  queries) plans again, at the new size, so a plan never keeps more empty rows than requests have left since. Step 8
+  as first landed planned again at every departure too, and the trained pair's requests finish at different steps:
+  its draft builds at batch 8 and 32 cost the host more per step than the Qwen3-4B shape's at batch 32, whose
+  requests all finish together (`runs/nvidia-h200.bench-turns-afd2af4.json`). One wrapper serves every size: a cache
+  of wrappers per batch size would bring each its own 8 MB integer workspace on the GPU and 8 MB of pinned host
+  memory.
 - **The exact page table in one launch.** A Triton kernel next to vLLM's `_copy_page_indices_kernel` writes
   `paged_kv_indptr`, `paged_kv_last_page_len` and `paged_kv_indices` from `seq_lens` and the block table, one
   program per row of the plan (each sums the pages of the rows before it; rows past the batch get none), into the
@@ -340,9 +341,9 @@ def _fill_paged_kv_kernel(
         if num_reqs < rows_with_queries:
             # Requests left: the plan's rows past num_reqs keep no queries (and,
             # below, no pages). A row is a position in the batch, not a request.
-            self._noncausal_prefill_wrapper._qo_indptr_buf[num_reqs + 1 :].fill_(
-                num_tokens
-            )
+            wrapper = self._noncausal_prefill_wrapper
+            wrapper._qo_indptr_buf[num_reqs + 1 :].fill_(num_tokens)
+            wrapper._qo_indptr_last = num_tokens  # run() checks q's rows against it
             self._noncausal_plan_key = (num_reqs, max_query_len)
         self._fill_exact_paged_kv(
             common_attn_metadata.seq_lens,
