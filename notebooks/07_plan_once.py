@@ -81,7 +81,7 @@ show_hunks(8, only=[3], context=0)
 # and its batch-8 and batch-32 builds cost the host more than those of batches whose requests all finish together).
 # A plan's rows are positions in the batch, not requests. When requests leave, the plan's rows past the batch are
 # emptied: their `qo_indptr` entries become the total (no queries), and the page-table kernel gives them no pages.
-# What FA2's kernel does with such a row, in the function each of its thread blocks runs:
+# What FlashInfer's fa2 kernel does with such a row, in the function each of its thread blocks runs:
 
 # %%
 from dflash_fi.lab.flashinfer_source import EMPTY_ROW_EXCERPT, FA2_QUERY_TILE_EXCERPT
@@ -92,7 +92,7 @@ show_flashinfer_source(*EMPTY_ROW_EXCERPT)
 # A row with no queries loads no query and stores no output row: both are bounded by `qo_len` (through
 # `qo_upper_bound`). Its first query tile (`qo_tile_idx` 0) also reads no key: `kv_start_idx` is 0 and the chunk ends
 # at `kv_len`, 0. A second tile would start its KV range past 0, and `chunk_end - chunk_start` would wrap around
-# (unsigned): so a plan keeps empty rows only where each request is one query tile. FA2's plan picks its query tile
+# (unsigned): so a plan keeps empty rows only where each request is one query tile. The fa2 plan picks its query tile
 # from the packed query length (block length times query heads per KV head), never shorter than it up to 64:
 
 # %%
@@ -115,7 +115,8 @@ show_hunks(8, only=[2, 6], max_lines={2: 27, 6: 8}, context=0, joined=True)
 
 # %% [markdown]
 # One program per row sums the pages of the requests before it, writes its offsets and last-page length, and
-# copies its pages from the block table; a row past the batch (`num_reqs`) reads no length and gets no pages. A kept plan reads those buffers, rewritten in place by every build (hunk 5).
+# copies its pages from the block table; a row past the batch (`num_reqs`) reads no length and gets no pages. A kept
+# plan reads those buffers, rewritten in place by every build (hunk 5).
 # A launch through Triton's dispatch first binds the arguments, specializes on them and looks the compiled kernel up,
 # in Python, which cost the host more than the launch itself in a profile taken before hunk 7
 # (`runs/nvidia-h200.build-profile-c97f3e8.json`); the kernel is declared not to specialize on what changes between
