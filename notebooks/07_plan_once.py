@@ -21,7 +21,7 @@
 # (scheduling on the host, a copy of the schedule to the GPU), numpy over the bounds, and a chain of small GPU
 # operations for the page table, each launch costing the host time. The FLASH_ATTN draft's build does none of that
 # (`fast_build=True`: no ahead-of-time schedule). Step 8 plans a draft batch once and keeps the plan while the contexts
-# grow and requests leave, until one joins; notebook 8 measures what it saves.
+# grow and requests leave, until the batch outgrows it; notebook 8 measures what it saves.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
@@ -76,12 +76,19 @@ show_hunks(8, only=[3], context=0)
 #
 # ## Requests that leave
 #
-# With a trained drafter, requests finish at different steps, and each one that finishes leaves the draft batch: a
-# plan keyed on the exact batch size would be made again at every departure (the first version of step 8 did that,
-# and its batch-8 and batch-32 builds cost the host more than those of batches whose requests all finish together).
-# A plan's rows are positions in the batch, not requests. When requests leave, the plan's rows past the batch are
-# emptied: their `qo_indptr` entries become the total (no queries), and the page-table kernel gives them no pages.
-# What FlashInfer's fa2 kernel does with such a row, in the function each of its thread blocks runs:
+# With a trained drafter (the embedded pair of notebook 1), requests finish at different steps, and each one that
+# finishes leaves the draft batch: a plan keyed on the exact batch size would be made again at every departure. The
+# first version of step 8 did that, and its builds at batch 8 and 32 cost the host more per step than the Qwen3-4B
+# shape's at batch 32, whose requests all finish together (`runs/nvidia-h200.bench-turns-afd2af4.json`).
+#
+# A plan's rows are positions in the batch, not requests, and vLLM keeps a batch's requests in its first rows (it
+# condenses the batch when one finishes): the rows that lose their requests are the last ones. When requests leave,
+# those rows are emptied. Their `qo_indptr` entries become the new total, 16 times the requests left (in the
+# wrapper's `_qo_indptr_buf`, once per departure), and the builder lowers `_qo_indptr_last` with them: the total that
+# FlashInfer's `run()` checks q's rows against before any kernel, which would otherwise refuse the smaller q. The
+# page-table kernel gives them no pages, every step. The plan's work list still sends thread blocks to every row it
+# was made with, so the kernel meets these rows. What FlashInfer's fa2 kernel does with one, in the function each of
+# its thread blocks runs:
 
 # %%
 from dflash_fi.lab.flashinfer_source import EMPTY_ROW_EXCERPT, FA2_QUERY_TILE_EXCERPT
@@ -89,34 +96,44 @@ from dflash_fi.lab.flashinfer_source import EMPTY_ROW_EXCERPT, FA2_QUERY_TILE_EX
 show_flashinfer_source(*EMPTY_ROW_EXCERPT)
 
 # %% [markdown]
-# A row with no queries loads no query and stores no output row: both are bounded by `qo_len` (through
-# `qo_upper_bound`). Its first query tile (`qo_tile_idx` 0) also reads no key: `kv_start_idx` is 0 and the chunk ends
-# at `kv_len`, 0. A second tile would start its KV range past 0, and `chunk_end - chunk_start` would wrap around
-# (unsigned): so a plan keeps empty rows only where each request is one query tile. The fa2 plan picks its query tile
-# from the packed query length (block length times query heads per KV head), never shorter than it up to 64:
+# A row with no queries loads no query and stores no output row: the load is bounded by `qo_upper_bound` (at most
+# `qo_len`), the store by `qo_len`. Its first query tile (`qo_tile_idx` 0) also reads no key: a row with no pages has
+# `kv_len` 0 (`paged_kv_t::get_length` in FlashInfer's `page.cuh`), so `kv_start_idx` is 0 and the chunk ends at 0.
+# A second tile would start its KV range past 0, and `chunk_end - chunk_start` would wrap around (unsigned) to
+# billions of keys, read through pages that are not there: so a plan keeps empty rows only where each request is one
+# query tile. A query tile is `CTA_TILE_Q` packed rows, one per query and query head; the fa2 plan picks it from the
+# batch's average packed query length (block length times query heads per KV head):
 
 # %%
 show_flashinfer_source(*FA2_QUERY_TILE_EXCERPT)
 
 # %% [markdown]
-# A 16-query block with up to 4 query heads per KV head (the embedded pair has 2, Qwen3-4B 4) is one tile; with more,
-# a departure plans again. The metadata of a held plan, and the check:
+# The tile is 16 rows up to a packed length of 16 and 64 up to 64, so a packed length of at most 64 is always one
+# tile: a 16-query block with up to 4 query heads per KV head (the embedded pair has 2 and the Qwen3-4B shape 4, by
+# their configs); with more, a departure plans again. The metadata of a kept plan, and that test:
 
 # %%
 show_hunks(8, only=[8, 9], context=0, joined=True)
 
 # %% [markdown]
-# A request that joins (more requests than the rows that still have queries) plans again, at the new size, so a plan
-# keeps no more empty rows than requests have left since it was made. The short path writes the page table with one
-# launch of a Triton kernel, in place of step 7's chain of GPU operations:
+# The key's first entry, `rows_with_queries`, is what a departure lowers to `num_reqs`; `_noncausal_plan_rows` keeps
+# the plan's full row count, the page-table kernel's grid. `_one_query_tile` is the test above: 16 times the query
+# heads per KV head at most 64.
+#
+# The builder plans again when the batch has more requests than rows with queries: an emptied row would need its
+# `qo_indptr` restored, which step 8 does not do, and rows past the plan have no thread blocks at all. (A departure
+# and a join in the same step leave the count, and the plan, as they were.) So a plan keeps no more empty rows than
+# requests have left since it was made. The short path writes the page table with one launch of a Triton kernel, in
+# place of step 7's chain of GPU operations:
 
 # %%
 show_hunks(8, only=[2, 6], max_lines={2: 27, 6: 8}, context=0, joined=True)
 
 # %% [markdown]
 # One program per row sums the pages of the requests before it, writes its offsets and last-page length, and
-# copies its pages from the block table; a row past the batch (`num_reqs`) reads no length and gets no pages. A kept
-# plan reads those buffers, rewritten in place by every build (hunk 5).
+# copies its pages from the block table. The kernel is launched over the plan's rows (`_noncausal_plan_rows`), not
+# `num_reqs`: every step, an emptied row gets `paged_kv_indptr` at the total page count and a last-page length of 0.
+# A kept plan reads those buffers, rewritten in place by every build (hunk 5, below).
 # A launch through Triton's dispatch first binds the arguments, specializes on them and looks the compiled kernel up,
 # in Python, which cost the host more than the launch itself in a profile taken before hunk 7
 # (`runs/nvidia-h200.build-profile-c97f3e8.json`); the kernel is declared not to specialize on what changes between
@@ -194,9 +211,9 @@ session.check_walkthrough(live_runs);
 # ## What you saw, and what's next
 #
 # Step 8 plans a draft batch once (an unsplit fa2 schedule depends on nothing but the batch size and block length),
-# keeps the plan while the contexts grow and requests leave (their rows emptied) until one joins, and writes the exact
-# page table in one launch, past Triton's dispatch. Next, notebook 8: what the final FlashInfer draft costs against
-# the FLASH_ATTN draft.
+# keeps the plan while the contexts grow and requests leave (their rows emptied) until the batch outgrows it, and
+# writes the exact page table in one launch, past Triton's dispatch. Next, notebook 8: what the final FlashInfer draft
+# costs against the FLASH_ATTN draft.
 #
 # ## Appendix
 
