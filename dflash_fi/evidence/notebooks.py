@@ -2,7 +2,7 @@
 
 The committed .ipynb files carry the outputs of one such execution on the GPU machine; on a machine without
 a GPU their `gpu` cells say so and the check cells use the committed records. Each execution records, in the
-notebook's metadata, a hash of the code it ran (`source_sha256`): a notebook whose code cells changed after its
+notebook's metadata, a hash of the sources it ran (`source_sha256`): a notebook whose cells changed after its
 execution no longer matches it (tests/test_notebooks.py). Prints the time per notebook.
 """
 
@@ -32,9 +32,8 @@ def notebook_paths(only: list[str] | None = None) -> list[Path]:
 
 
 def source_sha256(nb) -> str:
-    """sha256 of every code cell's source and tags: what an execution ran. Prose (markdown cells) produces no
-    output, so a fix to it leaves the recorded execution standing."""
-    cells = [[c.source, sorted(c.metadata.get("tags", []))] for c in nb.cells if c.cell_type == "code"]
+    """sha256 of every cell's type, source and tags: what an execution ran."""
+    cells = [[c.cell_type, c.source, sorted(c.metadata.get("tags", []))] for c in nb.cells]
     return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
 
 
