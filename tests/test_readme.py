@@ -15,6 +15,28 @@ def test_readme_block_is_generated_not_typed(name):
     assert block.group(2) == blocks()[name], "stale: run `dflash-fi report --update-readme`"
 
 
+def test_the_notebook_list_names_a_notebook_changed_after_its_execution(tmp_path, monkeypatch):
+    import shutil
+
+    import nbformat
+
+    from dflash_fi.evidence import notebooks
+    from dflash_fi.readme import notebook_list
+
+    for stem in ("00_dflash_and_the_problem", "01_choosing_a_backend"):
+        for suffix in (".py", ".ipynb"):
+            shutil.copy(notebooks.NOTEBOOKS_DIR / f"{stem}{suffix}", tmp_path)
+    changed = tmp_path / "01_choosing_a_backend.ipynb"
+    nb = nbformat.read(changed, as_version=4)
+    nb.cells[-1].source += "\nOne more sentence."
+    nbformat.write(nb, changed)
+    monkeypatch.setattr(notebooks, "NOTEBOOKS_DIR", tmp_path)
+    first, second = notebook_list().splitlines()
+    assert "not re-executed" not in first
+    assert "**not re-executed**: its outputs come from the run on the NVIDIA" in second
+    assert "`dflash-fi notebooks --only 01` on a GPU" in second
+
+
 def test_the_results_page_is_generated_not_typed():
     assert RESULTS.read_text() == results_page(), "stale: run `dflash-fi report --update-readme`"
 
