@@ -37,16 +37,20 @@ def notebook_list() -> str:
     recorded execution says so, with the commit its outputs come from."""
     import nbformat
 
+    from dflash_fi.errors import BadInput
     from dflash_fi.evidence.notebooks import METADATA_KEY, NOTEBOOKS_DIR, source_sha256
 
     lines = []
     for path in sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py")):
         title = next((line[4:].strip() for line in path.read_text().splitlines() if line.startswith("# # ")), "")
+        again = f"`dflash-fi notebooks --only {path.stem[:2]}` on a GPU"
+        if not path.with_suffix(".ipynb").is_file():
+            raise BadInput(f"{path.stem}.ipynb is missing beside {path.name}: run `.venv/bin/jupytext --sync "
+                           f"notebooks/{path.name}`, then {again}")
         nb = nbformat.read(path.with_suffix(".ipynb"), as_version=4)
         executed = nb.metadata.get(METADATA_KEY) or {}
-        again = f"`dflash-fi notebooks --only {path.stem[:2]}` on a GPU"
         stale = "" if executed.get("source_sha256") == source_sha256(nb) else (
-            f" (**not re-executed**: its outputs come from the run on the {executed['executed_on']} at "
+            f" (**not re-executed**: its outputs come from the run on the {executed.get('executed_on')} at "
             f"{executed.get('commit', '')[:7]}, and its cells changed since: {again})" if executed
             else f" (**not executed**: {again})")
         lines.append(f"- [`{path.stem}`](notebooks/{path.stem}.ipynb): {title}{stale}")

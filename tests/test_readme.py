@@ -35,6 +35,9 @@ def test_the_notebook_list_names_a_notebook_changed_after_its_execution(tmp_path
     assert "not re-executed" not in first
     assert "**not re-executed**: its outputs come from the run on the NVIDIA" in second
     assert "`dflash-fi notebooks --only 01` on a GPU" in second
+    changed.unlink()
+    with pytest.raises(BadInput, match="01_choosing_a_backend.ipynb is missing .*jupytext --sync"):
+        notebook_list()
 
 
 def test_the_results_page_is_generated_not_typed():
