@@ -56,8 +56,11 @@ def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, 
 
 
 def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) -> dict:
+    from dataclasses import replace
+
     from dflash_fi.lab.graphs import cudagraph_claims, format_claims
-    from dflash_fi.lab.routing import dflash_check, routing_report
+    from dflash_fi.lab.routes import dflash_check, label, route_cell
+    from dflash_fi.lab.routing import routing_report
     from dflash_fi.lab.selector import render_matrix, selector_matrix
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
     from dflash_fi.reference.evaluate import evaluate_pair
@@ -83,14 +86,12 @@ def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) ->
         cells = []
         for capability, trtllm, kv in ((HOPPER, False, "auto"), (BLACKWELL, True, "auto"), (RTX_4090, False, "fp8")):
             report = routing_report(step, trtllm=trtllm, capability=capability, kv_cache_dtype=kv)
-            draft = report["batches"][0]
-            path = f"{draft['refused']['type']} (refused)" if "refused" in draft else draft["decode"] or draft["prefill"]
-            plan = f", plan causal={draft['plan_causal']}" if draft.get("plan_causal") is not None else ""
-            check = dflash_check(draft) if "dflash_check_passed" in draft else "-"
-            cells.append(f"{path}{plan}, DFlash check {check}")
+            draft = report.routes[0]
+            path = route_cell(draft) if draft.refused else label(draft.decode or draft.prefill, draft)
+            plan = f", plan causal={draft.plan_causal}" if draft.plan_causal is not None else ""
+            cells.append(f"{path}{plan}, DFlash check {dflash_check(draft)}")
             if (capability, kv) == (HOPPER, "auto"):
-                targets = [{k: v for k, v in b.items() if k != "metadata_causal"}
-                           for b in report["batches"] if b["role"] == "target"]
+                targets = [replace(r, metadata_causal=None) for r in report.routes if r.role == "target"]
         stock_targets = stock_targets or targets
         cells.append("as stock" if targets == stock_targets else "CHANGED")
         print(f"| {step} | " + " | ".join(cells) + " |")

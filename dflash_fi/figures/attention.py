@@ -52,7 +52,7 @@ def block_masks(num_context: int = 8):
 def _verdict(row: dict) -> tuple[str, str]:
     """(colour key, cell text) of one selector_matrix row."""
     picks = f"vLLM picks: {row['auto_backend']}" if row["auto_backend"] else "no backend at all"
-    if row["flashinfer"] == "accepted":
+    if not row["flashinfer_reasons"]:
         return "accepted", f"FLASHINFER accepted\n{picks}"
     return ("refused" if row["auto_backend"] else "none"), f"FLASHINFER refused\n{picks}"
 

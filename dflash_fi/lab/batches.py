@@ -41,6 +41,7 @@ STANDARD_BATCHES = (
     Batch(f"target spec verify: 4 x (1 + {N})", (Q,) * 4, (37, 90, 150, 301), True),
     Batch("target mixed: 2 decodes + 1 prefill", (1, 1, 50), (40, 60, 0), True),
 )
+DRAFT, DRAFT_ONE, DECODE, PREFILL, VERIFY, MIXED = STANDARD_BATCHES  # by role, for code; `name` is for a reader
 
 
 def common_metadata(batch: Batch, page_size: int = KV_PAGE_SIZE, device: str = "cpu", first_page: int = 1):

@@ -9,7 +9,7 @@ captures piecewise graphs only in 0.22.1 (`SpecDecodeBaseProposer.initialize_cud
 attention runs eagerly between graph pieces whatever the backend claims.
 
 The same functions run here on the CPU (under `pretend_gpu`, builders from `RoutingLab`), and vLLM's
-own warning text comes back with the answer.
+own warnings come back with the answer, as logged (where, and what they say).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from __future__ import annotations
 import copy
 import logging
 
-from dflash_fi.lab.routing import RoutingLab, WarningCollector
+from dflash_fi.lab.routes import WarningCollector
+from dflash_fi.lab.routing import RoutingLab
 from dflash_fi.vocabulary import HOPPER, NUM_SPECULATIVE_TOKENS, sm
 
 SPEC_DECODE_QUERY_LEN = 1 + NUM_SPECULATIVE_TOKENS
@@ -27,7 +28,7 @@ def cudagraph_claims(step: int, capability=HOPPER, trtllm: bool = False, kv_cach
     """FlashInfer's claim (engine config and draft config), FLASH_ATTN's, and the engine's resolved mode
     for a FLASHINFER draft with a FLASH_ATTN target (`resolved_mode`) and with a FLASHINFER target
     (`resolved_mode_flashinfer_target`), as vLLM 0.22.1's runner resolves it. `vllm_warnings`: what vLLM logged
-    while resolving the first."""
+    while resolving the first (`LoggedWarning`s)."""
     from vllm.config import set_current_vllm_config
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
@@ -63,7 +64,7 @@ def cudagraph_claims(step: int, capability=HOPPER, trtllm: bool = False, kv_cach
         "flash_attn_claim": claims["FlashAttentionBackend"].name,
         "requested_mode": requested.name, "resolved_mode": resolved.name,
         "resolved_mode_flashinfer_target": resolved_flashinfer_target.name,
-        "vllm_warnings": warnings.messages,
+        "vllm_warnings": warnings.warnings,
     }
 
 

@@ -6,7 +6,9 @@ checked against the steps' hunk counts by tests/test_lesson.py.
 
 from __future__ import annotations
 
+import difflib
 import re
+from functools import lru_cache
 
 
 def step_hunks(step: int, context: int = 3) -> list[dict]:
@@ -58,3 +60,26 @@ def located(diff: str, after: str, filename: str) -> str:
     return "\n".join(out) + "\n"
 
 
+
+
+@lru_cache(maxsize=None)
+def line_hunks(step: int) -> tuple:
+    """Who wrote each line of step `step`'s flashinfer.py (index 0 is line 1): the hunk that added or last
+    rewrote it, or None for a line of vLLM 0.22.1's own. A hunk's unchanged context lines keep their writer."""
+    from dflash_fi.steps import step_module
+    from dflash_fi.steps.patching import stock_source
+
+    source = stock_source()
+    owners = [None] * len(source.splitlines())
+    for hunk in step_module(step).HUNKS:
+        at = source.index(hunk.old)  # apply_hunks has checked it matches once
+        first = source.count("\n", 0, at)
+        after = source.replace(hunk.old, hunk.new)
+        old = source.splitlines()[first:source.count("\n", 0, at + len(hunk.old.rstrip("\n"))) + 1]
+        new = after.splitlines()[first:after.count("\n", 0, at + len(hunk.new.rstrip("\n"))) + 1]
+        region = [hunk] * len(new)
+        for a, b, size in difflib.SequenceMatcher(None, old, new, autojunk=False).get_matching_blocks():
+            region[b:b + size] = owners[first + a:first + a + size]
+        owners[first:first + len(old)] = region
+        source = after
+    return tuple(owners)

@@ -5,11 +5,10 @@ For a DFlash draft batch and for target batches (`dflash_fi.lab.batches`): the d
 `metadata.causal`, and whether DFlash's own check (`DFlashProposer.build_per_group_and_layer_attn_metadata`, run
 here) passes. vLLM 0.22.1's own code, on the embedded pair, under `pretend_gpu` (`trtllm=True`: TRTLLM available as
 on Blackwell); only FlashInfer's wrappers and vLLM's Triton kernels are doubles (step 8's runs in Triton's
-interpreter).
+interpreter). What it finds is a `Route` (`dflash_fi.lab.routes`): enums, vLLM's exceptions, logged warnings.
 """
 from __future__ import annotations
 
-import logging
 from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
@@ -17,19 +16,9 @@ from unittest import mock
 import torch
 
 from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
+from dflash_fi.lab.routes import Decode, Prefill, Raised, Route, RoutingReport, WarningCollector, route_cell, route_line
 from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET
 from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_PAGE_SIZE, NUM_SPECULATIVE_TOKENS, sm
-
-
-class WarningCollector(logging.Handler):
-    """Keeps the warnings a logger emits (vLLM's, in the lab) as text."""
-
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
 
 
 class RoutingLab:
@@ -90,7 +79,7 @@ class RoutingLab:
         if self.dcp:
             stack.enter_context(mock.patch.object(self.module, "get_dcp_group", lambda: DcpGroupDouble(2, 0)))
         vllm_logger._print_warning_once.cache_clear()  # as in a fresh vLLM process
-        self.warnings = WarningCollector()
+        self.warnings = WarningCollector(self._hunk_of)
         self.module.logger.addHandler(self.warnings)
         stack.callback(self.module.logger.removeHandler, self.warnings)
 
@@ -125,11 +114,11 @@ class RoutingLab:
             with set_current_vllm_config(config), set_default_torch_dtype(torch.bfloat16):
                 try:  # vLLM's selector, as at engine start
                     layers = make_layers(names)
-                    self.selection[role] = "FLASHINFER accepted"
+                    self.selection[role] = None
                 except ValueError as exc:
                     # Stock rejects FlashInfer for the draft; build the layers on it anyway, to show
                     # what its builder would do with a non-causal batch.
-                    self.selection[role] = f"rejected: {exc}"
+                    self.selection[role] = Raised(exc)
                     layers = make_layers(names, attn_backend=self.module.FlashInferBackend)
                 spec = layers[0].get_kv_cache_spec(config)
                 builder_cls = layers[0].attn_backend.get_builder_cls()
@@ -143,97 +132,82 @@ class RoutingLab:
     def __exit__(self, *exc):
         self._stack.close()
 
-    def route(self, batch: Batch) -> dict:
+    def _hunk_of(self, path: str, line: int):
+        """The step hunk behind line `line` of `path`, if `path` is this lab's backend module (None: vLLM's own)."""
+        from dflash_fi.lab.hunks import line_hunks
+
+        return line_hunks(self.step)[line - 1] if self.step and path == self.module.__file__ else None
+
+    def _paths(self, builder, md) -> dict:
+        prefill, decode = md.prefill, md.decode
+        found = {"decode": None if decode is None else
+                 Decode.TRTLLM if isinstance(decode, self.module.TRTLLMDecode) else Decode.FLASHINFER}
+        if prefill is None:
+            return found
+        if isinstance(prefill, self.module.TRTLLMPrefill):
+            return {**found, "prefill": Prefill.TRTLLM}
+        wrapper = prefill.wrapper
+        if getattr(wrapper, "use_cuda_graph", False):
+            path = Prefill.CUDA_GRAPH
+        elif wrapper is getattr(builder, "_noncausal_prefill_wrapper", None):
+            path = Prefill.NON_CAUSAL
+        else:
+            path = Prefill.SHARED_CAUSAL
+        return {**found, "prefill": path, "plan_causal": wrapper.plans[-1]["causal"], "prefill_kernel": wrapper.backend,
+                "graph_batch_size": wrapper.fixed_batch_size if path is Prefill.CUDA_GRAPH else None}
+
+    def route(self, batch: Batch) -> Route:
         from vllm.config import set_current_vllm_config
         from vllm.v1.spec_decode.dflash import DFlashProposer
         from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
         builder, names, config = self.builders[batch.role]
-        row = {"batch": batch.name, "role": batch.role, "causal_in": batch.causal,
-               "selection": self.selection[batch.role],
-               "reorder_batch_threshold": builder.reorder_batch_threshold}
+        given = {"batch": batch, "selection_refused": self.selection[batch.role],
+                 "reorder_batch_threshold": builder.reorder_batch_threshold}
         cad = common_metadata(batch)
         try:
             with set_current_vllm_config(config):
                 md = builder.build(0, cad)
         except NotImplementedError as exc:
-            row["refused"] = {"type": type(exc).__name__, "message": str(exc)}
-            return row
-        prefill = md.prefill
-        prefill_kernel = None
-        if prefill is None:
-            prefill_path, plan_causal = None, None
-        elif type(prefill).__name__ == "TRTLLMPrefill":
-            prefill_path, plan_causal = "TRTLLM prefill", None
-        else:
-            wrapper = prefill.wrapper
-            if getattr(wrapper, "use_cuda_graph", False):
-                prefill_path = f"FlashInfer prefill (CUDA-graph wrapper, batch size {wrapper.fixed_batch_size})"
-            elif wrapper is getattr(builder, "_noncausal_prefill_wrapper", None):
-                prefill_path = "FlashInfer prefill (separate non-causal wrapper)"
-            else:
-                prefill_path = "FlashInfer prefill (shared causal wrapper)"
-            plan_causal, prefill_kernel = wrapper.plans[-1]["causal"], wrapper.backend
-        decode = md.decode
-        decode_path = None if decode is None else (
-            "TRTLLM decode" if type(decode).__name__ == "TRTLLMDecode" else "FlashInfer decode wrapper")
-        row.update({
+            return Route(**given, refused=Raised(exc))
+        found = {
             "num_decodes": md.num_decodes, "num_prefills": md.num_prefills,
             "num_decode_tokens": md.num_decode_tokens, "num_prefill_tokens": md.num_prefill_tokens,
-            "prefill": prefill_path, "prefill_kernel": prefill_kernel, "decode": decode_path,
-            "plan_causal": plan_causal,
-            "cascade": md.use_cascade,
-            "metadata_causal": getattr(md, "causal", "absent"),
-        })
+            "cascade": md.use_cascade, "metadata_causal": getattr(md, "causal", None), **self._paths(builder, md),
+        }
         if batch.role == "draft":
-            row["host_seq_lens"] = "copied from the GPU" if cad._seq_lens_cpu is not None else "upper bound, no copy"
+            found["host_seq_lens_copied"] = cad._seq_lens_cpu is not None
             per_layer = {name: md for name in names}
             with mock.patch.object(SpecDecodeBaseProposer, "build_per_group_and_layer_attn_metadata",
                                    return_value=([md], per_layer)):
                 try:
                     DFlashProposer.build_per_group_and_layer_attn_metadata(self._proposer, cad)
-                    row["dflash_check_passed"], row["dflash_check_reason"] = True, None
                 except AssertionError as exc:
-                    row["dflash_check_passed"], row["dflash_check_reason"] = False, str(exc)
-        return row
+                    found["dflash_check"] = Raised(exc)
+        return Route(**given, **found)
 
-    def route_all(self, batches=STANDARD_BATCHES) -> list[dict]:
+    def route_all(self, batches=STANDARD_BATCHES) -> list[Route]:
         return [self.route(b) for b in batches]
 
 
 def routing_report(step: int | str, trtllm: bool = False, capability=None, kv_cache_dtype: str = "auto",
-                   cuda_graphs: bool = False) -> dict:
+                   cuda_graphs: bool = False) -> RoutingReport:
     from dflash_fi.steps import check_step
 
     step = check_step(step)
     capability = tuple(capability or (BLACKWELL if trtllm else HOPPER))
     with RoutingLab(step, capability, trtllm=trtllm, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs) as lab:
-        rows = lab.route_all()
-        warnings = [m for m in lab.warnings.messages if "non-causal" in m or "DFlash" in m]
-    return {"step": step, "capability": sm(capability), "trtllm_available": trtllm, "kv_cache_dtype": kv_cache_dtype,
-            "cuda_graphs": cuda_graphs, "batches": rows, "dflash_warnings": warnings}
+        routes = tuple(lab.route_all())
+        warnings = tuple(lab.warnings.warnings)
+    return RoutingReport(step, capability, trtllm, kv_cache_dtype, cuda_graphs, routes, warnings)
 
 
-def dflash_check(row: dict, detail: bool = False) -> str:
-    """DFlash's own check of a draft batch's metadata, as a table shows it: "pass", "fail" (and why, with detail)."""
-    return "pass" if row["dflash_check_passed"] else f"fail: {row['dflash_check_reason']}" if detail else "fail"
-
-
-def format_routing(report: dict) -> str:
-    lines = [f"step {report['step']}, SM {report['capability']}, KV cache {report['kv_cache_dtype']}, TRTLLM "
-             f"{'available (forced)' if report['trtllm_available'] else 'not available'}"
-             f"{', CUDA graphs' if report.get('cuda_graphs') else ''}"]
-    for b in report["batches"]:
-        if "refused" in b:
-            lines.append(f"  {b['batch']:<40} {b['refused']['type']}: {b['refused']['message']}")
-            continue
-        paths = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
-        plan = "" if b["plan_causal"] is None else f", plan(causal={b['plan_causal']}, {b['prefill_kernel']})"
-        check = f", DFlash check {dflash_check(b, detail=True)}" if "dflash_check_passed" in b else ""
-        lines.append(f"  {b['batch']:<40} {b['num_decodes']} decode + {b['num_prefills']} prefill requests via "
-                     f"{paths}{plan}, metadata.causal={b['metadata_causal']}{check}")
-    for w in report["dflash_warnings"]:
-        lines.append(f"  warning (logged once): {w}")
+def format_routing(report: RoutingReport) -> str:
+    lines = [f"step {report.step}, SM {sm(report.capability)}, KV cache {report.kv_cache_dtype}, TRTLLM "
+             f"{'available (forced)' if report.trtllm_available else 'not available'}"
+             f"{', CUDA graphs' if report.cuda_graphs else ''}"]
+    lines += [f"  {route_line(r)}" for r in report.routes]
+    lines += [f"  warning (logged once): {w.message}" for w in report.step_warnings]
     return "\n".join(lines)
 
 
@@ -245,16 +219,5 @@ def routing_table(steps, capability=HOPPER, trtllm: bool = False, kv_cache_dtype
     reports = {s: routing_report(s, trtllm, capability, kv_cache_dtype, cuda_graphs) for s in steps}
     lines = ["| batch | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|" + "---|" * len(steps)]
     for i, batch in enumerate(STANDARD_BATCHES):
-        cells = []
-        for s in steps:
-            b = reports[s]["batches"][i]
-            if "refused" in b:
-                cells.append(f"{b['refused']['type']} (refused)")
-                continue
-            path = " + ".join(p for p in (b["decode"], b["prefill"]) if p)
-            plan = "" if b["plan_causal"] is None else f", plan causal={b['plan_causal']}"
-            draft = (f"; metadata.causal={b['metadata_causal']}; DFlash check {dflash_check(b)}"
-                     if "dflash_check_passed" in b else "")
-            cells.append(f"{b['num_decodes']} decode + {b['num_prefills']} prefill: {path}{plan}{draft}")
-        lines.append(f"| {batch.name} | " + " | ".join(cells) + " |")
+        lines.append(f"| {batch.name} | " + " | ".join(route_cell(reports[s].routes[i]) for s in steps) + " |")
     return "\n".join(lines)

@@ -46,15 +46,28 @@ def _backend_name(path: str) -> str:
     return path
 
 
-def _select(platform, backend, config) -> tuple[str | None, str | None]:
+def _select(platform, config) -> tuple[str | None, ValueError | None]:
+    """What vLLM picks with no backend asked for, or the ValueError it raises (no backend accepts)."""
     try:
-        return _backend_name(platform.get_attn_backend_cls(backend, config)), None
+        return _backend_name(platform.get_attn_backend_cls(None, config)), None
     except ValueError as exc:
-        return None, str(exc)
+        return None, exc
+
+
+def _reasons(platform, backend, config) -> list[str]:
+    """Why `backend` refuses `config`, as vLLM's selector asks it (`get_attn_backend_cls`): its
+    `validate_configuration` reasons; [] accepts."""
+    try:
+        backend_class = backend.get_class()
+    except ImportError:
+        return ["ImportError"]  # as vLLM's selector says it
+    return backend_class.validate_configuration(device_capability=platform.get_device_capability(),
+                                                **config._asdict())
 
 
 def selector_matrix(steps=None, capabilities=CAPABILITIES, kv_cache_dtypes=KV_CACHE_DTYPES) -> list[dict]:
-    """Per step x GPU x KV dtype x role: the backend picked with none requested, and FLASHINFER's verdict."""
+    """Per step x GPU x KV dtype x role: the backend picked with none requested (`auto_error`: the ValueError vLLM
+    raised where none accepts), and FLASHINFER's reasons to refuse if it is requested ([]: accepted)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     from dflash_fi.steps import STEPS
@@ -67,12 +80,11 @@ def selector_matrix(steps=None, capabilities=CAPABILITIES, kv_cache_dtypes=KV_CA
                     for kv in kv_cache_dtypes:
                         for role, non_causal in ROLES:
                             config = _selector_config(kv, non_causal)
-                            auto, auto_error = _select(platform, None, config)
-                            flashinfer, fi_error = _select(platform, AttentionBackendEnum.FLASHINFER, config)
+                            auto, auto_error = _select(platform, config)
                             rows.append({
                                 "step": step, "capability": sm(capability), "kv_cache_dtype": kv, "role": role,
                                 "auto_backend": auto, "auto_error": auto_error,
-                                "flashinfer": "accepted" if flashinfer else fi_error,
+                                "flashinfer_reasons": _reasons(platform, AttentionBackendEnum.FLASHINFER, config),
                             })
     return rows
 
@@ -90,20 +102,12 @@ def backend_verdicts(step: int, capability: tuple[int, int], kv_cache_dtype: str
     return sorted(rows, key=lambda r: r["priority"])
 
 
-def _short_reason(error: str) -> str:
-    if "Reason: " in error:
-        return error.split("Reason: ", 1)[1]
-    import textwrap
-
-    return "no valid backend" if "No valid attention backend" in error else textwrap.shorten(error, 80, placeholder=" ...")
-
-
 def render_matrix(rows: list[dict]) -> str:
     lines = ["| step | SM | KV cache | role | auto-selected | FLASHINFER requested |",
              "|---|---|---|---|---|---|"]
     for r in rows:
-        auto = r["auto_backend"] or f"ERROR: {_short_reason(r['auto_error'])}"
-        fi = r["flashinfer"] if r["flashinfer"] == "accepted" else f"ERROR: {_short_reason(r['flashinfer'])}"
+        auto = r["auto_backend"] or "ERROR: no valid backend"
+        fi = f"ERROR: {r['flashinfer_reasons']}" if r["flashinfer_reasons"] else "accepted"
         lines.append(f"| {r['step']} | {r['capability']} | {r['kv_cache_dtype']} | {r['role']} | {auto} | {fi} |")
     return "\n".join(lines)
 
@@ -123,25 +127,6 @@ def feature_table(step: int) -> str:
             except (ImportError, ValueError, AttributeError) as exc:
                 mark = f"n/a ({type(exc).__name__} on this machine)"
             lines.append(f"| `{backend.name}` | {mark} |")
-    return "\n".join(lines)
-
-
-def verdict_table(steps=(0, 1), capabilities=CAPABILITIES, kv_cache_dtypes=KV_CACHE_DTYPES, role: str = "draft") -> str:
-    """Markdown: each backend of the priority list, its verdict per GPU x KV dtype, for each step."""
-    from dflash_fi.vocabulary import KV_CACHE_DTYPE_NAMES
-
-    columns = [(c, kv) for c in capabilities for kv in kv_cache_dtypes]
-    lines = ["| step | backend | " + " | ".join(f"SM {sm(c)}, {KV_CACHE_DTYPE_NAMES[kv]} KV" for c, kv in columns) + " |",
-             "|---|---|" + "---|" * len(columns)]
-    for step in steps:
-        verdicts = {col: {v["backend"]: v for v in backend_verdicts(step, col[0], col[1], role)} for col in columns}
-        backends = list(dict.fromkeys(b for col in columns for b in verdicts[col]))
-        for backend in backends:
-            cells = []
-            for col in columns:
-                v = verdicts[col].get(backend)
-                cells.append("-" if v is None else "**ok**" if not v["reasons"] else "; ".join(v["reasons"]))
-            lines.append(f"| {step} | {backend} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

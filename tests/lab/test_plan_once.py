@@ -162,7 +162,7 @@ def test_a_draft_that_starts_a_shape_builds_as_at_step7():
 
 @pytest.mark.parametrize("trtllm, cuda_graphs", [(False, False), (False, True), (True, False)])
 def test_every_batch_routes_as_at_step7(trtllm, cuda_graphs):
-    seven, eight = (routing_report(s, trtllm=trtllm, cuda_graphs=cuda_graphs)["batches"] for s in (7, 8))
+    seven, eight = (routing_report(s, trtllm=trtllm, cuda_graphs=cuda_graphs).routes for s in (7, 8))
     assert eight == seven
     with RoutingLab(8, BLACKWELL if trtllm else HOPPER, trtllm=trtllm, cuda_graphs=cuda_graphs) as lab:
         assert lab.route(STANDARD_BATCHES[0]) == lab.route(STANDARD_BATCHES[0])  # the second reuses the plan
@@ -317,5 +317,7 @@ def test_the_interpreted_page_table_kernel_runs_where_numpy_refuses_one_element_
     NumPy stopped the walkthrough's CPU section there. Here NumPy's own deprecation of it is an error, as it is there."""
     from dflash_fi.lab.routing import routing_report
 
-    draft = routing_report(8)["batches"][0]
-    assert draft["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and draft["dflash_check_passed"]
+    from dflash_fi.lab.routes import Prefill
+
+    draft = routing_report(8).routes[0]
+    assert draft.prefill is Prefill.NON_CAUSAL and draft.dflash_check_passed

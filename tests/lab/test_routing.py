@@ -1,27 +1,26 @@
 """The real FlashInferMetadataBuilder.build() of every step, on the embedded pair (FlashInfer wrappers are doubles)."""
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
+from dflash_fi.lab.batches import DRAFT, MIXED, PREFILL, VERIFY, Batch, common_metadata
+from dflash_fi.lab.routes import Decode, Prefill
 from dflash_fi.lab.routing import RoutingLab, routing_report
-from dflash_fi.steps import STEPS
+from dflash_fi.steps import STEPS, step_module
 from dflash_fi.vocabulary import BLACKWELL, DRAFT_BLOCK_SIZE, HOPPER, RTX_4090
-
-DRAFT = STANDARD_BATCHES[0]
-VERIFY = next(b for b in STANDARD_BATCHES if b.name.startswith("target spec verify"))
 
 
 def draft_row(report):
-    return next(r for r in report["batches"] if r["batch"] == DRAFT.name)
+    return next(r for r in report.routes if r.batch == DRAFT)
 
 
 def target_rows(report):
-    return [{k: v for k, v in r.items() if k != "metadata_causal"} for r in report["batches"] if r["role"] == "target"]
+    return [replace(r, metadata_causal=None) for r in report.routes if r.role == "target"]
 
 
 @pytest.fixture(scope="module")
@@ -32,57 +31,62 @@ def reports():
 @pytest.mark.step0
 def test_step0_rejects_flashinfer_for_the_draft(reports):
     row = draft_row(reports[0, False])
-    assert row["selection"].startswith("rejected:") and "non-causal attention not supported" in row["selection"]
+    assert row.selection_refused.cls is ValueError  # vLLM's selector, at engine start
+    assert all(r.selection_refused is None for r in reports[0, False].routes if r.role == "target")
     # Forced onto stock FlashInfer anyway, the draft is planned causal and fails DFlash's check.
-    assert row["plan_causal"] is True and row["dflash_check_passed"] is False
+    assert row.plan_causal is True and row.dflash_check_passed is False
 
 
 @pytest.mark.step1
 def test_step1_accepts_flashinfer_but_fails_dflash_check(reports):
     row = draft_row(reports[1, False])
-    assert row["selection"] == "FLASHINFER accepted"
-    assert row["metadata_causal"] == "absent"
-    assert row["dflash_check_reason"].startswith("Attention metadata for layer model.layers.4.self_attn.attn")
+    assert row.selection_refused is None
+    assert row.metadata_causal is None  # no causal field yet
+    assert row.dflash_check.cls is AssertionError and row.dflash_check_passed is False
 
 
 @pytest.mark.step2
 @pytest.mark.parametrize("trtllm", [False, True])
 def test_step2_all_prefill_check_passes_but_planned_causal(reports, trtllm):
     row = draft_row(reports[2, trtllm])
-    assert (row["num_decodes"], row["num_prefills"]) == (0, len(DRAFT.query_lens))
-    assert row["metadata_causal"] is False and row["dflash_check_passed"] is True
+    assert (row.num_decodes, row.num_prefills) == (0, len(DRAFT.query_lens))
+    assert row.metadata_causal is False and row.dflash_check_passed is True
     if trtllm:  # Blackwell: stock treats the 16-token draft as a spec decode; now it is prefill, on TRTLLM (causal)
-        assert row["prefill"] == "TRTLLM prefill"
-        assert draft_row(reports[1, True])["decode"] == "TRTLLM decode"
+        assert row.prefill is Prefill.TRTLLM
+        assert draft_row(reports[1, True]).decode is Decode.TRTLLM
     else:
-        assert row["prefill"] == "FlashInfer prefill (shared causal wrapper)" and row["plan_causal"] is True
+        assert row.prefill is Prefill.SHARED_CAUSAL and row.plan_causal is True
 
 
 @pytest.mark.step3
 def test_step3_separate_wrapper_planned_non_causal(reports):
     row = draft_row(reports[3, False])
-    assert row["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and row["plan_causal"] is False
-    assert row["dflash_check_passed"] is True and row["prefill_kernel"] == "auto"
+    assert row.prefill is Prefill.NON_CAUSAL and row.plan_causal is False
+    assert row.dflash_check_passed is True and row.prefill_kernel == "auto"
     # ...but without the gating of step 4, Blackwell still sends the draft to (causal) TRTLLM prefill.
-    assert draft_row(reports[3, True])["prefill"] == "TRTLLM prefill"
+    assert draft_row(reports[3, True]).prefill is Prefill.TRTLLM
 
 
 @pytest.mark.step4
 def test_step4_gates_trtllm_for_non_causal_and_warns_once(reports):
     row = draft_row(reports[4, True])
-    assert row["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and row["decode"] is None
-    assert row["plan_causal"] is False and row["dflash_check_passed"] is True
-    assert len(reports[4, True]["dflash_warnings"]) == 1  # two draft batches were built, one warning
-    assert reports[4, False]["dflash_warnings"] == []
-    assert all(r["dflash_warnings"] == [] for (s, _), r in reports.items() if s < 4)
+    assert row.prefill is Prefill.NON_CAUSAL and row.decode is None
+    assert row.plan_causal is False and row.dflash_check_passed is True
+    # Two draft batches were built, one warning: logged by step 4's own hunk, from build().
+    [warning] = reports[4, True].step_warnings
+    assert warning.hunk in step_module(4).HUNKS and warning.hunk not in step_module(3).HUNKS
+    assert warning.function == "build"
+    assert all([w.hunk for w in r.step_warnings] == [warning.hunk] for (s, t), r in reports.items() if s >= 4 and t)
+    assert reports[4, False].warnings == ()
+    assert all(r.warnings == () for (s, _), r in reports.items() if s < 4)
 
 
 @pytest.mark.step5
 @pytest.mark.parametrize("trtllm", [False, True])
 def test_step5_draft_runs_fa2_and_nothing_else_moves(reports, trtllm):
     five, four = draft_row(reports[5, trtllm]), draft_row(reports[4, trtllm])
-    assert five["prefill_kernel"] == "fa2" and four["prefill_kernel"] == "auto"
-    assert {**five, "prefill_kernel": None} == {**four, "prefill_kernel": None}
+    assert five.prefill_kernel == "fa2" and four.prefill_kernel == "auto"
+    assert replace(five, prefill_kernel=None) == replace(four, prefill_kernel=None)
 
 
 @pytest.mark.parametrize("trtllm", [False, True])
@@ -95,17 +99,16 @@ def test_causal_target_batches_routed_exactly_as_stock(reports, trtllm):
 @pytest.mark.parametrize("step", [s for s in STEPS if s >= 6])
 def test_step6_with_cuda_graphs_gives_causal_uniform_batches_graph_wrappers(step):
     report = routing_report(step, cuda_graphs=True)
-    rows = {r["batch"]: r for r in report["batches"]}
-    verify = rows[VERIFY.name]
-    assert verify["prefill"] == f"FlashInfer prefill (CUDA-graph wrapper, batch size {len(VERIFY.query_lens)})"
-    assert verify["plan_causal"] is True and verify["prefill_kernel"] == "auto"
+    rows = {r.batch: r for r in report.routes}
+    verify = rows[VERIFY]
+    assert verify.prefill is Prefill.CUDA_GRAPH and verify.graph_batch_size == len(VERIFY.query_lens)
+    assert verify.plan_causal is True and verify.prefill_kernel == "auto"
     # A DFlash draft block keeps the plain non-causal wrapper: no full graph replays it in vLLM 0.22.1.
-    draft = rows[DRAFT.name]
-    assert draft["prefill"] == "FlashInfer prefill (separate non-causal wrapper)"
-    assert draft["plan_causal"] is False and draft["prefill_kernel"] == "fa2" and draft["dflash_check_passed"] is True
+    draft = rows[DRAFT]
+    assert draft.prefill is Prefill.NON_CAUSAL
+    assert draft.plan_causal is False and draft.prefill_kernel == "fa2" and draft.dflash_check_passed is True
     # Batches a full graph never holds keep the shared wrappers: prompts, mixed batches.
-    assert rows["target prefill: 2 prompts"]["prefill"] == "FlashInfer prefill (shared causal wrapper)"
-    assert rows["target mixed: 2 decodes + 1 prefill"]["prefill"] == "FlashInfer prefill (shared causal wrapper)"
+    assert rows[PREFILL].prefill is rows[MIXED].prefill is Prefill.SHARED_CAUSAL
 
 
 @pytest.mark.step6
@@ -125,7 +128,7 @@ def test_step6_graph_wrappers_are_one_per_batch_size_for_causal_batches_only():
         assert draft_builder._prefill_wrappers_cudagraph == {}
         assert sorted(target_builder._prefill_wrappers_cudagraph) == [1, 2, 3]  # padding request included
         big = Batch("too big for a graph", (DRAFT_BLOCK_SIZE,) * 40, (40,) * 40, True)
-        assert lab.route(big)["prefill"] == "FlashInfer prefill (shared causal wrapper)"
+        assert lab.route(big).prefill is Prefill.SHARED_CAUSAL
 
 
 @pytest.mark.step1
@@ -133,8 +136,8 @@ def test_step6_graph_wrappers_are_one_per_batch_size_for_causal_batches_only():
 def test_the_rtx_4090_with_fp8_kv_routes_the_draft_non_causal():
     report = routing_report(6, capability=RTX_4090, kv_cache_dtype="fp8")
     draft = draft_row(report)
-    assert draft["selection"] == "FLASHINFER accepted" and draft["plan_causal"] is False
-    assert draft["prefill_kernel"] == "fa2" and draft["dflash_check_passed"] is True
+    assert draft.selection_refused is None and draft.plan_causal is False
+    assert draft.prefill_kernel == "fa2" and draft.dflash_check_passed is True
 
 
 def _metadata_snapshot(cad):
@@ -163,7 +166,7 @@ def test_dcp_refuses_a_non_causal_batch_before_touching_anything(step, case):
         assert _same(_metadata_snapshot(cad), before_cad)  # the caller's metadata (seq_lens_cpu too) unchanged
         assert all((b.np == saved).all() for b, saved in zip(
             (builder.paged_kv_indptr, builder.paged_kv_indices, builder.paged_kv_last_page_len), before_buffers))
-        assert lab.warnings.messages == [] and builder._noncausal_prefill_wrapper is None
+        assert lab.warnings.records == [] and builder._noncausal_prefill_wrapper is None
 
 
 @pytest.mark.step3
@@ -211,15 +214,15 @@ def test_property_step4_non_causal_never_decode_trtllm_or_cascade(labs, requests
     step4, stock = labs
     draft = Batch("draft", (DRAFT_BLOCK_SIZE,) * draft_reqs, tuple(draft_ctx[:draft_reqs]), False)
     row = step4.route(draft)
-    assert row["num_decodes"] == 0 and row["decode"] is None and row["cascade"] is False
-    assert row["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and row["plan_causal"] is False
-    assert row["metadata_causal"] is False and row["dflash_check_passed"] is True
+    assert row.num_decodes == 0 and row.decode is None and row.cascade is False
+    assert row.prefill is Prefill.NON_CAUSAL and row.plan_causal is False
+    assert row.metadata_causal is False and row.dflash_check_passed is True
 
     target = Batch("target", tuple(1 if is_decode else q for is_decode, q, _ in requests),
                    tuple(c for _, _, c in requests), True)
     ours, theirs = step4.route(target), stock.route(target)
-    assert ours.pop("metadata_causal") is True and theirs.pop("metadata_causal") == "absent"
-    assert ours == theirs
+    assert ours.metadata_causal is True and theirs.metadata_causal is None
+    assert replace(ours, metadata_causal=None) == theirs
 
 
 def test_routing_cli_prints_clean_json():
@@ -230,4 +233,5 @@ def test_routing_cli_prints_clean_json():
     out = subprocess.run([sys.executable, "-m", "dflash_fi.cli", "routing", "--step", "4", "--trtllm", "--json"],
                          capture_output=True, text=True, check=True).stdout
     report = json.loads(out)  # vLLM's own logging goes to a log file
-    assert report["capability"] == "10.0" and len(report["dflash_warnings"]) == 1
+    assert report["capability"] == "10.0" and len(report["step_warnings"]) == 1
+    assert report["routes"][0]["prefill"] == Prefill.NON_CAUSAL.name
