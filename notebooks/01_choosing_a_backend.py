@@ -48,7 +48,7 @@ session = setup("01_choosing_a_backend", live=live_runs)
 
 # %%
 from dflash_fi.lab.selector import priority_inputs, priority_lists, priority_table, selector_matrix
-from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_CACHE_DTYPE_NAMES, RTX_4090
+from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_CACHE_DTYPE_NAMES, RTX_4090, sm
 
 GPUS = (RTX_4090, HOPPER, BLACKWELL)
 show(priority_table(GPUS))
@@ -58,7 +58,17 @@ def column(row):
     return f"SM {row['capability']} + {KV_CACHE_DTYPE_NAMES[row['kv_cache_dtype']]} KV"
 
 
-matrix = [r for r in selector_matrix(steps=(0, 1), capabilities=GPUS) if r["role"] == "draft"]
+selection = selector_matrix(steps=(0, 1), capabilities=GPUS)
+matrix = [r for r in selection if r["role"] == "draft"]
+# The draft's layers differ from the target's only in asking with use_non_causal: a reason FLASHINFER gives the draft
+# and not the target is its reason to refuse non-causal attention.
+target_reasons = {(r["step"], column(r)): r["flashinfer_reasons"] for r in selection if r["role"] == "target"}
+
+
+def refuses_non_causal(row):
+    return bool(set(row["flashinfer_reasons"]) - set(target_reasons[row["step"], column(row)]))
+
+
 lists = priority_lists(GPUS)
 stranded = [column(r) for r in matrix if r["step"] == 0 and r["auto_backend"] is None]
 verdict(f"the list depends on ({', '.join(priority_inputs())}) only: the target "
@@ -133,7 +143,7 @@ picks = {(r["step"], column(r)): r["auto_backend"] for r in matrix}
 rescued = {cell: picks[1, cell] for cell in stranded}
 changed = {cell: (picks[0, cell], picks[1, cell]) for step, cell in picks
            if step == 1 and cell not in stranded and picks[0, cell] != picks[1, cell]}
-refusing = [r for r in matrix if r["step"] == 0 and "non-causal attention not supported" in r["flashinfer"]]
+refusing = [r for r in matrix if r["step"] == 0 and refuses_non_causal(r)]
 verdict(f"at step 0 FLASHINFER refuses the draft in {len(refusing)} of {sum(r['step'] == 0 for r in matrix)} columns "
         "('non-causal attention not supported'); every cell turns green at step 1. Where step 0 left the draft with "
         "nothing, vLLM now picks "
@@ -162,12 +172,15 @@ show_hunks(1)
 
 # %%
 from dflash_fi.lab.batches import STANDARD_BATCHES
-from dflash_fi.lab.routing import RoutingLab, dflash_check
+from dflash_fi.lab.routes import dflash_check, label, metadata_causal
+from dflash_fi.lab.routing import RoutingLab
 
 with RoutingLab(1) as lab:
     draft_row = lab.route(STANDARD_BATCHES[0])
-for key in ("selection", "prefill", "plan_causal", "metadata_causal"):
-    print(f"{key:>16}: {draft_row[key]}")
+print(f"{'selection':>16}: {'FLASHINFER accepted' if draft_row.selection_refused is None else 'refused'}")
+print(f"{'prefill':>16}: {label(draft_row.prefill, draft_row)}")
+print(f"{'plan_causal':>16}: {draft_row.plan_causal}")
+print(f"{'metadata_causal':>16}: {metadata_causal(draft_row)}")
 print(f"{'DFlash check':>16}: {dflash_check(draft_row, detail=True)}")
 
 # %% [markdown]
@@ -203,22 +216,25 @@ with wrapped_lines():
 # CPU lab's pretended RTX 4090 said in notebook 0:
 
 # %% tags=["nbval-ignore-output"]
-import re
-
 from dflash_fi.lab.selector import backend_verdicts
 
 stock = records[P.RTX4090_STOCK]
-message = stock.failure.message if stock.failure else ""
-said = {name: [r.strip() for r in reasons.split(",")]
-        for name, reasons in re.findall(r"(\w+): \[([^\]]*)\]", message.partition("Reasons:")[2])}
+# The ValueError the CPU lab's vLLM raised for the pretended RTX 4090 (no backend accepts the draft), as raised.
+lab_error = next(r["auto_error"] for r in matrix
+                 if (r["step"], r["capability"], r["kv_cache_dtype"]) == (0, sm(RTX_4090), "fp8"))
+said = stock.failure.message.strip() if stock.failure else None
+same = stock.failure is not None and (stock.failure.type, said) == (type(lab_error).__name__, str(lab_error))
 lab_4090 = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "draft")}
-show(f"| backend | vLLM on {stock.provenance.gpu} | the CPU lab's pretended RTX 4090 |\n|---|---|---|\n" + "\n".join(
-    f"| {name} | {'; '.join(reasons)} | {'; '.join(lab_4090.get(name, ['-']))} |" for name, reasons in said.items()))
+show(f"| backend | why it refuses on the CPU lab's pretended RTX 4090 |\n|---|---|\n" + "\n".join(
+    f"| {name} | {'; '.join(reasons)} |" for name, reasons in lab_4090.items()))
+print(f"vLLM on {stock.provenance.gpu}: {stock.failure.type if stock.failure else 'no failure'}: {said}")
 verdict(f"on {stock.provenance.gpu} (SM {stock.provenance.compute_capability}), with only vLLM's FlashAttention forced to "
-        f"version 2 and an FP8 cache, vLLM 0.22.1 refuses the draft: {len(said)} backends, each for "
-        + ("the same reasons as" if said == lab_4090 else "other reasons than")
-        + " on the pretended RTX 4090. What still differs from a real 4090: vLLM's capability checks see SM "
-        f"{stock.provenance.compute_capability}, not 8.9, and FlashInfer picks its own kernels for that silicon.")
+        f"version 2 and an FP8 cache, vLLM 0.22.1 refuses the draft "
+        + ("with the very ValueError, word for word, that the CPU lab's vLLM raises" if same else
+           "with another error than the CPU lab's vLLM raises")
+        + f" on the pretended RTX 4090: {len(lab_4090)} backends, each with its reasons. What still differs from a real "
+        f"4090: vLLM's capability checks see SM {stock.provenance.compute_capability}, not 8.9, and FlashInfer picks "
+        "its own kernels for that silicon.")
 
 # %% [markdown]
 # ### Check
@@ -228,14 +244,14 @@ step0 = {(r["capability"], r["kv_cache_dtype"]): r for r in matrix if r["step"] 
 step1 = {(r["capability"], r["kv_cache_dtype"]): r for r in matrix if r["step"] == 1}
 with wrapped_lines():
     check("stock FLASHINFER refuses the draft everywhere, for non-causal attention",
-          all("non-causal attention not supported" in r["flashinfer"] for r in step0.values()), f"{len(step0)} columns")
+          all(map(refuses_non_causal, step0.values())), f"{len(step0)} columns")
     check("the RTX 4090 + FP8 draft has no backend at step 0 and FLASHINFER at step 1",
           step0["8.9", "fp8"]["auto_backend"] is None and step1["8.9", "fp8"]["auto_backend"] == "FLASHINFER")
-    check("step 1's FLASHINFER is accepted in every column", all(r["flashinfer"] == "accepted" for r in step1.values()))
+    check("step 1's FLASHINFER is accepted in every column", all(r["flashinfer_reasons"] == [] for r in step1.values()))
     check("step 1's metadata has no causal field and DFlash's guard refuses it",
-          draft_row["dflash_check_passed"] is False and draft_row["metadata_causal"] == "absent")
-    check("vLLM on the GPU refuses the RTX 4090 case's draft for the CPU lab's reasons", said == lab_4090,
-          f"{len(said)} backends")
+          draft_row.dflash_check_passed is False and draft_row.metadata_causal is None)
+    check("vLLM on the GPU refuses the RTX 4090 case's draft with the CPU lab's ValueError", same,
+          f"{len(lab_4090)} backends")
     check(f"the walkthrough's {len(checks)} checks for these runs pass",
           bool(checks) and all(c.passed for c in checks), "live" if session.live else "committed records")
 

@@ -79,14 +79,15 @@ show_hunks(2, only=[3])
 # JIT-compile CUDA kernels); each records its `plan()` call. On an H100/H200 (threshold 1):
 
 # %%
-from dflash_fi.lab.routing import dflash_check, routing_report, routing_table
+from dflash_fi.lab.routes import Decode, dflash_check, label, metadata_causal
+from dflash_fi.lab.routing import routing_report, routing_table
 from dflash_fi.vocabulary import BLACKWELL
 
 show(routing_table(steps=(1, 2)))
-step1, step2 = (routing_report(s)["batches"][0] for s in (1, 2))
-verdict(f"the draft's routing is the same at both steps ({step2['num_prefills']} prefill requests, "
-      f"plan causal={step2['plan_causal']}); what changes is metadata.causal ({step1['metadata_causal']} -> "
-      f"{step2['metadata_causal']}), and with it DFlash's check ({dflash_check(step1)} -> "
+step1, step2 = (routing_report(s).routes[0] for s in (1, 2))
+verdict(f"the draft's routing is the same at both steps ({step2.num_prefills} prefill requests, "
+      f"plan causal={step2.plan_causal}); what changes is metadata.causal ({metadata_causal(step1)} -> "
+      f"{metadata_causal(step2)}), and with it DFlash's check ({dflash_check(step1)} -> "
       f"{dflash_check(step2)}). Target batches do not move.")
 
 # %% [markdown]
@@ -95,10 +96,10 @@ verdict(f"the draft's routing is the same at both steps ({step2['num_prefills']}
 
 # %%
 show(routing_table(steps=(1, 2), capability=BLACKWELL, trtllm=True))
-step1_blackwell, step2_blackwell = (routing_report(s, trtllm=True)["batches"][0] for s in (1, 2))
-verdict(f"on Blackwell step 1 sends the draft to {step1_blackwell['decode']} "
-      f"({step1_blackwell['num_decodes']} decode requests); step 2 makes them {step2_blackwell['num_prefills']} "
-      f"prefill requests, on {step2_blackwell['prefill']}: still causal, which step 4 fixes.")
+step1_blackwell, step2_blackwell = (routing_report(s, trtllm=True).routes[0] for s in (1, 2))
+verdict(f"on Blackwell step 1 sends the draft to {label(step1_blackwell.decode)} "
+      f"({step1_blackwell.num_decodes} decode requests); step 2 makes them {step2_blackwell.num_prefills} "
+      f"prefill requests, on {label(step2_blackwell.prefill)}: still causal, which step 4 fixes.")
 
 # %% [markdown]
 # DFlash's check passes now, but look at the draft's `plan causal=True`: the prefill wrapper is still planned
@@ -155,10 +156,10 @@ verdict(f"step 2 is {mean_distance(s2, ref['causal']):.3f} from the reference's 
 
 # %% tags=["nbval-ignore-output"]
 check("on Blackwell, step 1 sends the draft to TRTLLM decode; step 2 to prefill",
-      step1_blackwell["decode"] == "TRTLLM decode" and step2_blackwell["num_decodes"] == 0)
+      step1_blackwell.decode is Decode.TRTLLM and step2_blackwell.num_decodes == 0)
 check("step 2's draft metadata says causal=False and DFlash's check passes",
-      step2["metadata_causal"] is False and step2["dflash_check_passed"])
-check("step 2 still plans the draft causal (the silent bug)", step2["plan_causal"] is True)
+      step2.metadata_causal is False and step2.dflash_check_passed)
+check("step 2 still plans the draft causal (the silent bug)", step2.plan_causal is True)
 check(f"the walkthrough's {len(checks)} checks for step 2 pass", bool(checks) and all(c.passed for c in checks),
       "live" if session.live else "committed records")
 

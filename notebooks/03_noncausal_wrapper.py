@@ -80,12 +80,15 @@ show_hunks(3, only=[6])
 # The draft now has its own wrapper, planned non-causal; target batches keep the shared causal one:
 
 # %%
+from dflash_fi.lab.batches import DRAFT, PREFILL
+from dflash_fi.lab.routes import Prefill, label
 from dflash_fi.lab.routing import routing_report, routing_table
 
 show(routing_table(steps=(2, 3)))
-draft, target = (routing_report(3)["batches"][i] for i in (0, 3))
-verdict(f"only the draft rows change, to '{draft['prefill']}' planned causal={draft['plan_causal']}; "
-      f"the target's prompts stay on '{target['prefill']}', planned causal={target['plan_causal']}.")
+routes = {r.batch: r for r in routing_report(3).routes}
+draft, target = routes[DRAFT], routes[PREFILL]
+verdict(f"only the draft rows change, to '{label(draft.prefill)}' planned causal={draft.plan_causal}; "
+      f"the target's prompts stay on '{label(target.prefill)}', planned causal={target.plan_causal}.")
 
 # %% [markdown]
 # ## What has no non-causal path says so, before it touches anything
@@ -192,9 +195,9 @@ verdict(f"step 3 lies on the FLASH_ATTN draft (largest difference "
 
 # %% tags=["nbval-ignore-output"]
 check("the draft gets the separate wrapper, planned non-causal",
-      draft["prefill"] == "FlashInfer prefill (separate non-causal wrapper)" and draft["plan_causal"] is False)
+      draft.prefill is Prefill.NON_CAUSAL and draft.plan_causal is False)
 check("target prompts keep the shared causal wrapper",
-      target["prefill"] == "FlashInfer prefill (shared causal wrapper)" and target["plan_causal"] is True)
+      target.prefill is Prefill.SHARED_CAUSAL and target.plan_causal is True)
 check("DCP and NVFP4 are refused before anything is touched",
       "decode context parallelism" in errors["DCP"] and "NVFP4" in errors["NVFP4"] and all(untouched.values()))
 check(f"the walkthrough's {len(checks)} checks for step 3 pass", bool(checks) and all(c.passed for c in checks),

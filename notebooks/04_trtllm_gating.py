@@ -60,16 +60,17 @@ show_hunks(4, only=[2])
 # builder would send them.
 
 # %%
+from dflash_fi.lab.routes import Prefill, label
 from dflash_fi.lab.routing import routing_report, routing_table
 from dflash_fi.vocabulary import BLACKWELL
 
 show(routing_table(steps=(0, 3, 4), capability=BLACKWELL, trtllm=True))
-stock, before, after = (routing_report(s, trtllm=True)["batches"][0] for s in (0, 3, 4))
-warnings = routing_report(4, trtllm=True)["dflash_warnings"]
-verdict(f"stock would run the draft on {stock['decode']}, step 3 on {before['prefill']} (both causal); "
-      f"step 4 keeps it on the {after['prefill'].split('(')[1].rstrip(')')}, planned causal={after['plan_causal']}. "
+stock, before, after = (routing_report(s, trtllm=True).routes[0] for s in (0, 3, 4))
+warnings = routing_report(4, trtllm=True).step_warnings
+verdict(f"stock would run the draft on {label(stock.decode)}, step 3 on {label(before.prefill)} (both causal); "
+      f"step 4 keeps it on {label(after.prefill)}, planned causal={after.plan_causal}. "
       "The target rows are the same in every column.")
-print("logged once by step 4:", warnings)
+print("logged once by step 4:", [w.message for w in warnings])
 
 # %% [markdown]
 # The target's batches must be routed exactly as stock vLLM routes them, at every step: the change is for
@@ -79,6 +80,7 @@ print("logged once by step 4:", warnings)
 # %%
 import ast
 import inspect
+from dataclasses import replace
 from pathlib import Path
 
 from IPython.display import display
@@ -88,13 +90,13 @@ from dflash_fi.figures.listings import code_block
 
 tests = Path(inspect.getfile(dflash_fi)).resolve().parent.parent / "tests" / "lab" / "test_routing.py"
 tree = ast.parse(tests.read_text())
-prop = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.startswith("test_property_step4"))
+prop = next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+            and n.name == "test_property_step4_non_causal_never_decode_trtllm_or_cascade")
 display(code_block(ast.get_source_segment(tests.read_text(), prop), "tests/lab/test_routing.py"))
 
 
 def target_routes(step):
-    return [{k: v for k, v in r.items() if k != "metadata_causal"}
-            for r in routing_report(step, trtllm=True)["batches"] if r["role"] == "target"]
+    return [replace(r, metadata_causal=None) for r in routing_report(step, trtllm=True).routes if r.role == "target"]
 
 
 same_as_stock = target_routes(4) == target_routes(0)
@@ -105,13 +107,15 @@ print("step 4 routes every standard target batch as stock does:", same_as_stock)
 # row that differs between stock vLLM 0.22.1 and step 4:
 
 # %%
-from dflash_fi.lab.selector import feature_table
+from dflash_fi.lab.selector import non_causal_support
 
-stock_rows, step4_rows = (feature_table(s).splitlines() for s in (0, 4))
-changed = [(a, b) for a, b in zip(stock_rows, step4_rows) if a != b]
+stock_support, step4_support = (non_causal_support(s) for s in (0, 4))
+changed = {name: (stock_support[name], step4_support[name]) for name in stock_support
+           if stock_support[name] != step4_support[name]}
 show("| | Backend | Non-Causal |\n|---|---|---|\n" + "\n".join(
-    f"| {which} | {row.strip().strip('|').strip()} |" for a, b in changed for which, row in (("stock", a), ("step 4", b))))
-verdict(f"{len(changed)} of {len(stock_rows) - 2} backends changes, FlashInfer, to supported.")
+    f"| {which} | `{name}` | {'✅' if supported else '❌'} |"
+    for name, pair in changed.items() for which, supported in zip(("stock", "step 4"), pair)))
+verdict(f"{len(changed)} of {len(stock_support)} backends changes, {', '.join(changed)}, to supported.")
 
 # %% [markdown]
 # ## On the GPU, and the RTX 4090 case running
@@ -198,11 +202,10 @@ verdict(f"steps 0 and 1 fail (no bar); step 2 sits at the causal prediction "
 
 # %% tags=["nbval-ignore-output"]
 check("on Blackwell, step 3 still sends the draft to TRTLLM prefill; step 4 to its non-causal wrapper",
-      before["prefill"] == "TRTLLM prefill" and after["prefill"] == "FlashInfer prefill (separate non-causal wrapper)"
-      and after["plan_causal"] is False)
+      before.prefill is Prefill.TRTLLM and after.prefill is Prefill.NON_CAUSAL and after.plan_causal is False)
 check("step 4 warns once, and routes every target batch as stock does", len(warnings) == 1 and same_as_stock)
 check("the feature table's Non-Causal column gains FlashInfer and nothing else",
-      len(changed) == 1 and "FLASHINFER" in changed[0][1] and "✅" in changed[0][1])
+      changed == {"FLASHINFER": (False, True)})
 check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case pass",
       bool(checks) and all(c.passed for c in checks),
       "live" if session.live else "committed records")

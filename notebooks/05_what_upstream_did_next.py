@@ -90,7 +90,7 @@ verdict(f"on SM 9.0 step 4 and step 5 claim {by_step[4, '9.0']['flashinfer_claim
       f"resolve {by_step[6, '9.0']['resolved_mode']} (notebook 6).")
 for c in claims:
     for warning in c["vllm_warnings"]:
-        print(f"step {c['step']}, SM {c['capability']}: vLLM says: {warning}")
+        print(f"step {c['step']}, SM {c['capability']}: vLLM says: {warning.message}")
 
 # %% [markdown]
 # ## Step 5, hunk by hunk: vLLM PR #48167, and the draft's kernel

@@ -64,15 +64,18 @@ show_hunks(6, only=[4, 5], max_lines={4: 12}, context=0, joined=True)
 
 # %%
 from dflash_fi.lab.graphs import cudagraph_claims, format_claims
+from dflash_fi.lab.batches import VERIFY
+from dflash_fi.lab.routes import label
 from dflash_fi.lab.routing import routing_report
 from dflash_fi.vocabulary import HOPPER
 
 claims = {step: cudagraph_claims(step, HOPPER) for step in (5, 6, 7)}
 show(format_claims([claims[5], claims[6]]))  # step 7 claims what step 6 does (checked below)
-wrappers = {s: {r["batch"]: r.get("prefill") for r in routing_report(s, cuda_graphs=True)["batches"]} for s in (5, 6)}
-changed = [batch for batch in wrappers[5] if wrappers[5][batch] != wrappers[6][batch]]
+wrappers = {s: {r.batch: r for r in routing_report(s, cuda_graphs=True).routes} for s in (5, 6)}
+changed = [batch for batch in wrappers[5] if wrappers[5][batch].prefill is not wrappers[6][batch].prefill]
 verdict(f"step 5 resolves {claims[5]['resolved_mode']}, step 6 {claims[6]['resolved_mode']}. Of the CPU lab's "
-        f"batches only '{changed[0]}' changes wrapper, to '{wrappers[6][changed[0]]}'.")
+        f"batches only '{changed[0].name}' changes wrapper, to "
+        f"'{label(wrappers[6][changed[0]].prefill, wrappers[6][changed[0]])}'.")
 
 # %% [markdown]
 # ## Step 7: no host work that waits, and none that nobody reads
@@ -155,7 +158,7 @@ live = session.run_live(live_runs)
 graphs = {claims[s][k] for s in (6, 7) for k in ("resolved_mode", "resolved_mode_flashinfer_target")}
 check("steps 6 and 7 keep SM 9.0's FULL_AND_PIECEWISE (step 5: PIECEWISE), changing the verify batch's wrapper only",
       claims[5]["resolved_mode"] == "PIECEWISE" and graphs == {"FULL_AND_PIECEWISE"}
-      and changed == ["target spec verify: 4 x (1 + 15)"])
+      and changed == [VERIFY])
 check("step 7 plans from bounds, copies nothing (step 6 did), its kernel reads step 6's page table, and plans "
       "nothing on target steps for the draft layers (step 6 did)", lengths[6]["copied_from_gpu"] and not lengths[7][
           "copied_from_gpu"] and lengths[7]["planned_indptr"] != lengths[7]["kernel_indptr"] == lengths[6][

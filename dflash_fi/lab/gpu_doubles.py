@@ -5,13 +5,15 @@ decision to FlashInfer wrapper objects (`plan()` JIT-loads CUDA kernels) and to 
 doubles stand in for the wrappers and vLLM's own page-index kernel, record every call, and mirror the one
 piece of wrapper state vLLM reads back, `_causal`, set by `plan(causal=...)`, and the check FlashInfer's `run()` makes
 before any kernel: q's rows against the `qo_indptr[-1]` that `plan()` kept. Step 8's page-table kernel
-is no double: `TritonInterpreted` runs its own source under Triton's CPU interpreter. On a GPU the same
+is no double: `TritonInterpreted` runs its own source under Triton's CPU interpreter, and so does the compiled kernel
+its first launch returns, launched as step 8 launches it (`CompiledKernelDouble`). On a GPU the same
 `build()` runs with the real objects (see the walkthrough's runs), so the doubles never decide anything
 themselves.
 """
 
 from __future__ import annotations
 
+import inspect
 from contextlib import ExitStack, contextmanager
 from types import FunctionType, ModuleType
 from unittest import mock
@@ -139,7 +141,8 @@ class _InterpretedLibraryCall:
 
 class TritonInterpreted:
     """A Triton kernel of vLLM's, `kernel[grid](...)`, run from its own source (`triton_source`) by Triton's CPU
-    interpreter; Triton's library functions that are themselves jitted (`tl.sum`, ...) are interpreted while it runs."""
+    interpreter; Triton's library functions that are themselves jitted (`tl.sum`, ...) are interpreted while it runs.
+    A launch returns what a GPU's returns, the compiled kernel (`CompiledKernelDouble`), which launches again."""
 
     def __init__(self, kernel):
         import triton.language as tl
@@ -147,24 +150,50 @@ class TritonInterpreted:
         from triton.runtime.jit import JITFunction
 
         self.kernel = kernel.kernel if isinstance(kernel, TritonInterpreted) else kernel  # labs inside labs
-        self._kernel = InterpretedFunction(triton_source(self.kernel))
+        self.source = triton_source(self.kernel)
+        self._kernel = InterpretedFunction(self.source)
         self._tl = tl
         self._library = {name: _InterpretedLibraryCall(value) for name, value in vars(tl).items()
                          if isinstance(value, JITFunction)}
-        self.launches: list[tuple] = []
+        self.launches: list[tuple] = []  # (grid, args, kwargs), the compiled kernel's launches included
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            from triton.runtime import interpreter
-
-            self.launches.append((grid, args, kwargs))
-            with ExitStack() as stack:
-                for name, interpreted in self._library.items():
-                    stack.enter_context(mock.patch.object(self._tl, name, interpreted))
-                stack.enter_context(mock.patch.object(interpreter, "_patch_lang", _scalar_index(interpreter._patch_lang)))
-                self._kernel[grid](*args, **kwargs)
+            self._run(grid, args, kwargs)
+            bound = inspect.signature(self.source).bind(*args, **kwargs).arguments
+            return CompiledKernelDouble(self, {name: bound[name] for name in self.source.__annotations__})
 
         return launch
+
+    def _run(self, grid, args, kwargs) -> None:
+        from triton.runtime import interpreter
+
+        self.launches.append((grid, args, kwargs))
+        with ExitStack() as stack:
+            for name, interpreted in self._library.items():
+                stack.enter_context(mock.patch.object(self._tl, name, interpreted))
+            stack.enter_context(mock.patch.object(interpreter, "_patch_lang", _scalar_index(interpreter._patch_lang)))
+            self._kernel[grid](*args, **kwargs)
+
+
+class CompiledKernelDouble:
+    """Double of the `triton.compiler.CompiledKernel` a launch returns on a GPU. `compiled[grid](*args)` is Triton's
+    launcher: every parameter of the kernel, positional, in the signature's order, constexprs included (it runs
+    with the values compiled in, whatever is passed for them); here the kernel runs so bound, interpreted."""
+
+    def __init__(self, interpreted: TritonInterpreted, constexprs: dict):
+        self._interpreted, self.constexprs = interpreted, constexprs
+
+    def __getitem__(self, grid):
+        def runner(*args, stream=None):
+            names = list(inspect.signature(self._interpreted.source).parameters)
+            if len(args) != len(names):  # the generated launcher takes exactly the kernel's parameters
+                raise TypeError(f"the compiled kernel takes {len(names)} arguments ({len(args)} given)")
+            bound = {name: self.constexprs.get(name, value) for name, value in zip(names, args)}
+            given = tuple(bound[name] for name in names if name not in self.constexprs)
+            self._interpreted._run(grid, given, {name: bound[name] for name in self.constexprs})
+
+        return runner
 
 
 def _scalar_index(patch_lang):

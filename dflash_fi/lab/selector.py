@@ -112,21 +112,30 @@ def render_matrix(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def feature_table(step: int) -> str:
-    """The 'Non-Causal' column of vLLM's attention-backend feature table, from the live classes."""
+def non_causal_support(step: int) -> dict[str, bool | Exception]:
+    """Per attention backend that is not MLA, at `step`: its class's `supports_non_causal()`, or the exception
+    loading the class raised on this machine."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-    lines = ["| Backend | Non-Causal |", "|---|---|"]
+    support = {}
     with using_step(step), pretend_gpu((9, 0)):
         for backend in AttentionBackendEnum:
-            if "MLA" in backend.name or backend.name in ("CUSTOM",):
+            if "MLA" in backend.name or backend is AttentionBackendEnum.CUSTOM:  # vLLM's own naming of MLA backends
                 continue
             try:
-                cls = backend.get_class()
-                mark = "✅" if cls.supports_non_causal() else "❌"
+                support[backend.name] = backend.get_class().supports_non_causal()
             except (ImportError, ValueError, AttributeError) as exc:
-                mark = f"n/a ({type(exc).__name__} on this machine)"
-            lines.append(f"| `{backend.name}` | {mark} |")
+                support[backend.name] = exc
+    return support
+
+
+def feature_table(step: int) -> str:
+    """The 'Non-Causal' column of vLLM's attention-backend feature table, from the live classes."""
+    lines = ["| Backend | Non-Causal |", "|---|---|"]
+    for name, supported in non_causal_support(step).items():
+        mark = f"n/a ({type(supported).__name__} on this machine)" if isinstance(supported, Exception) else (
+            "✅" if supported else "❌")
+        lines.append(f"| `{name}` | {mark} |")
     return "\n".join(lines)
 
 
