@@ -42,20 +42,21 @@ def build_summary(results: dict, kv_dtypes: tuple[str, ...] | None = None) -> st
     metadata build, the GPU idle and busy (a build that waits for the GPU takes about the queued kernel's time when it
     is busy), and the final FlashInfer draft's build against FLASH_ATTN's plus BUILD_TARGET_MS (issue #22's target),
     the GPU busy. NoRecord without host-build rows."""
-    from dflash_fi.bench.builds import BUILD_TARGET_MS, builder_names
+    from dflash_fi.bench.builds import builder_names
+    from dflash_fi.bench.turns import BUILD_TARGET_MS
 
     rows = build_rows(results, kv_dtypes)
     builders = list(dict.fromkeys(r["kernel"] for r in rows))
     _, final, flash_attn = builder_names()
     lines = ["| KV | batch x context | " + " | ".join(f"{b.removeprefix('build: ')}, ms idle / busy" for b in builders)
-             + f" | final - FLASH_ATTN, busy: at most {BUILD_TARGET_MS} ms? |",
+             + f" | final - FLASH_ATTN, busy: at most {BUILD_TARGET_MS.threshold} ms? |",
              "|---|---|" + "---|" * (len(builders) + 1)]
     for key in dict.fromkeys((r["kv_dtype"], r["batch"], r["context"]) for r in rows):
         of = {r["kernel"]: r for r in rows if (r["kv_dtype"], r["batch"], r["context"]) == key}
         cells = [f"{of[b]['host_ms_idle']:.3f} / {of[b]['host_ms_busy']:.3f}" if b in of else "-" for b in builders]
         if final in of and flash_attn in of:
             over = of[final]["host_ms_busy"] - of[flash_attn]["host_ms_busy"]
-            cells.append(f"{over:+.3f} ms, {'yes' if over <= BUILD_TARGET_MS else '**no**'}")
+            cells.append(f"{over:+.3f} ms, {'yes' if over <= BUILD_TARGET_MS.threshold else '**no**'}")
         else:
             cells.append("-")
         lines.append(f"| {key[0]} | {key[1]} x {key[2]} | " + " | ".join(cells) + " |")

@@ -15,6 +15,7 @@ import json
 import torch
 
 from dflash_fi.lab.pretend_gpu import pretend_gpu
+from dflash_fi.lab.routes import Raised
 from dflash_fi.models import DEFAULT_TARGET
 from dflash_fi.plugin import using_step
 from dflash_fi.vocabulary import CAPABILITIES, KV_CACHE_DTYPES, sm
@@ -112,9 +113,9 @@ def render_matrix(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def non_causal_support(step: int) -> dict[str, bool | Exception]:
-    """Per attention backend that is not MLA, at `step`: its class's `supports_non_causal()`, or the exception
-    loading the class raised on this machine."""
+def non_causal_support(step: int) -> dict[str, bool | Raised]:
+    """Per attention backend that is not MLA, at `step`: its class's `supports_non_causal()`, or what loading the
+    class raised on this machine."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     support = {}
@@ -125,7 +126,7 @@ def non_causal_support(step: int) -> dict[str, bool | Exception]:
             try:
                 support[backend.name] = backend.get_class().supports_non_causal()
             except (ImportError, ValueError, AttributeError) as exc:
-                support[backend.name] = exc
+                support[backend.name] = Raised(exc)
     return support
 
 
@@ -133,7 +134,7 @@ def feature_table(step: int) -> str:
     """The 'Non-Causal' column of vLLM's attention-backend feature table, from the live classes."""
     lines = ["| Backend | Non-Causal |", "|---|---|"]
     for name, supported in non_causal_support(step).items():
-        mark = f"n/a ({type(supported).__name__} on this machine)" if isinstance(supported, Exception) else (
+        mark = f"n/a ({supported.cls.__name__} on this machine)" if isinstance(supported, Raised) else (
             "✅" if supported else "❌")
         lines.append(f"| `{name}` | {mark} |")
     return "\n".join(lines)

@@ -39,6 +39,9 @@ def require_count(what: str, value: int, at_most: int | None = None) -> int:
 def load_prompts(path: Path = DEFAULT_PROMPTS, n: int | None = None) -> list[str]:
     """The held-out prompts (all of them, or the first n)."""
     if not Path(path).is_file():
+        if Path(path).resolve() != Path(DEFAULT_PROMPTS).resolve():  # a file the user named
+            raise MissingModelFiles(f"no prompt file at {path}: check the path (the embedded prompts are at "
+                                    f"{DEFAULT_PROMPTS})")
         raise MissingModelFiles(
             f"no prompt file at {path}: the embedded models are missing; check out the repository "
             "again or train them with `dflash-fi train`."

@@ -11,7 +11,7 @@ from dflash_fi.models import (CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, D
                               MODELS_DIR, check_model_dir, load_prompts)
 from dflash_fi.models.card import MIN_CAUSAL_GAP, MIN_TAU_NONCAUSAL
 from dflash_fi.reference.evaluate import evaluate_pair
-from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_PAGE_SIZE
+from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +64,6 @@ def test_shipped_pair_is_small_and_complete():
     target = json.loads((DEFAULT_TARGET / "config.json").read_text())
     assert target["head_dim"] == drafter["head_dim"] == 128
     assert target["num_key_value_heads"] == drafter["num_key_value_heads"]
-    assert KV_PAGE_SIZE == 16  # the page size every GPU run and FlashInfer kernel here was built for
 
 
 def test_gpu_walkthrough_ran_the_shipped_weights():
@@ -90,3 +89,14 @@ def test_model_paths_that_are_neither_a_model_nor_a_hub_id_are_refused(tmp_path)
     with pytest.raises(MissingModelFiles, match="has no config.json"):
         check_model_dir("target", str(tmp_path))
     assert check_model_dir("target", "Qwen/Qwen3-4B") == "Qwen/Qwen3-4B"
+
+
+def test_reference_with_a_missing_prompts_file_names_that_file():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "dflash_fi.cli", "reference", "--prompts-file", "/nonexistent"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()  # one line, no traceback
+    assert "/nonexistent" in line and "embedded models are missing" not in line
