@@ -33,7 +33,8 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_runs = [P.FLASH_ATTN, P.step_run(0), P.step_run(1), P.RTX4090_STOCK]
@@ -179,7 +180,7 @@ print(f"{'DFlash check':>16}: {dflash_check(draft_row, detail=True)}")
 # (notebook 0, "Numbers you will see"); the cell after this one waits for them.
 
 # %%
-from dflash_fi.notebook import show_engine_calls
+from dflash_fi.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 
@@ -188,7 +189,7 @@ live = session.run_live(live_runs)
 
 # %% [markdown]
 # The walkthrough's checks for steps 0 and 1 and for the stock RTX 4090 case, on those live runs (or, on a
-# machine without a GPU, on the walkthrough committed under `runs/`):
+# machine without a GPU, as the evidence summary's walkthrough judged them):
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import wrapped_lines
@@ -205,20 +206,22 @@ with wrapped_lines():
 # %% tags=["nbval-ignore-output"]
 import re
 
+import dflash_fi.summary as S
 from dflash_fi.lab.selector import backend_verdicts
 
 stock = records[P.RTX4090_STOCK]
+made = stock.provenance or S.read().walkthrough()[4]  # a live record says where it ran; the summary's, its section
 message = stock.failure.message if stock.failure else ""
 said = {name: [r.strip() for r in reasons.split(",")]
         for name, reasons in re.findall(r"(\w+): \[([^\]]*)\]", message.partition("Reasons:")[2])}
 lab_4090 = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "draft")}
-show(f"| backend | vLLM on {stock.provenance.gpu} | the CPU lab's pretended RTX 4090 |\n|---|---|---|\n" + "\n".join(
+show(f"| backend | vLLM on {made.gpu} | the CPU lab's pretended RTX 4090 |\n|---|---|---|\n" + "\n".join(
     f"| {name} | {'; '.join(reasons)} | {'; '.join(lab_4090.get(name, ['-']))} |" for name, reasons in said.items()))
-verdict(f"on {stock.provenance.gpu} (SM {stock.provenance.compute_capability}), with only vLLM's FlashAttention forced to "
+verdict(f"on {made.gpu} (SM {made.compute_capability}), with only vLLM's FlashAttention forced to "
         f"version 2 and an FP8 cache, vLLM 0.22.1 refuses the draft: {len(said)} backends, each for "
         + ("the same reasons as" if said == lab_4090 else "other reasons than")
         + " on the pretended RTX 4090. What still differs from a real 4090: vLLM's capability checks see SM "
-        f"{stock.provenance.compute_capability}, not 8.9, and FlashInfer picks its own kernels for that silicon.")
+        f"{made.compute_capability}, not 8.9, and FlashInfer picks its own kernels for that silicon.")
 
 # %% [markdown]
 # ### Check
