@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
         if isinstance(step, int):
             item.add_marker(getattr(pytest.mark, f"step{step}"))
         if cell is not None:
-            from dflash_fi.evidence.notebooks import STEPS_OF_NOTEBOOK
+            from dflash_fi.notebook import STEPS_OF_NOTEBOOK
 
             for n in STEPS_OF_NOTEBOOK.get(item.path.stem, ()):
                 item.add_marker(getattr(pytest.mark, f"step{n}"))

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     from dflash_fi.bench.e2e import ROUNDS
     from dflash_fi.models import (CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, DEFAULT_DRAFTER, DEFAULT_NEW_TOKENS,
                                   DEFAULT_NUM_PROMPTS, DEFAULT_PROMPTS, DEFAULT_TARGET)
-    from dflash_fi.runs import SCRATCH_DIR
+    from dflash_fi.stack import ARTIFACTS_DIR
     from dflash_fi.steps import FINAL_STEP, STEPS
     from dflash_fi.vocabulary import DRAFT_BACKENDS, KV_CACHE_DTYPES
 
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = command("train", commands.train, "train the embedded target + DFlash drafter pair")
-    p.add_argument("--out", default=str(SCRATCH_DIR / "models"),
+    p.add_argument("--out", default=str(ARTIFACTS_DIR / "models"),
                    help="output directory (default: artifacts/models; the shipped pair is dflash_fi/models, and "
                         "replacing it takes --force)")
     p.add_argument("--force", action="store_true", help="replace a pair that --out already holds (its training.json)")
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", default=str(DEFAULT_DRAFTER))
     p.add_argument("--prompts-file", default=str(DEFAULT_PROMPTS))
 
-    p = command("run", commands.run, "one DFlash (or plain) vLLM engine on the GPU, recorded under runs/")
+    p = command("run", commands.run, "one DFlash (or plain) vLLM engine on the GPU (its record kept under artifacts/evidence/)")
     step_arg(p, "0")
     p.add_argument("--draft-backend", default="FLASHINFER", choices=(*DRAFT_BACKENDS, "selector"),
                    help="selector: name none, vLLM's selector chooses (as for the RTX 4090 case)")
@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what to generate, in order (repeatable; default: uniform)")
     p.add_argument("--logprobs", type=_positive, default=None, help="record the target's top-k logprobs")
     p.add_argument("--label", default=None)
-    p.add_argument("--no-ledger", action="store_true", help="do not append the record to runs/")
+    p.add_argument("--no-ledger", action="store_true", help="do not keep the record under artifacts/evidence/")
     p.add_argument("--json", action="store_true")
 
     p = command("selector-matrix", commands.selector_matrix, "vLLM's backend choice per step x GPU x KV dtype x role")
@@ -126,28 +126,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=_positive, default=ROUNDS,
                    help=f"e2e: rounds of every engine in turn, the first a warm-up (default {ROUNDS})")
     p.add_argument("--record", action="store_true",
-                   help="write runs/<gpu>.bench-kernels|turns-<commit>.json (committed evidence)")
-    p.add_argument("--out", default=None, help="results file (default: artifacts/results/, or runs/ with --record)")
+                   help="write its section of the evidence summary, evidence/<gpu>.json (default: artifacts/evidence/)")
 
     p = command("profile", commands.profile, "where the draft's metadata builds spend host time, step by step (GPU)")
-    p.add_argument("--record", action="store_true", help="write runs/<gpu>.build-profile-<commit>.json")
-    p.add_argument("--out", default=None, help="results file (default: artifacts/results/, or runs/ with --record)")
+    p.add_argument("--record", action="store_true",
+                   help="write its section of the evidence summary, evidence/<gpu>.json (default: artifacts/evidence/)")
 
-    p = command("record", commands.record, "keep a GPU run's transcript under runs/ (test-command, nbval, gpu-tests, "
-                "notebooks), named by the GPU and commit, written once")
-    p.add_argument("kind", choices=("test-command", "nbval", "gpu-tests", "notebooks"))
-    p.add_argument("file", help="the transcript")
-    p.add_argument("--tag", default=None, help="the name's last part (default: the commit, 7 digits)")
-    p.add_argument("--ran", default=None, metavar="COMMAND",
-                   help="the command that produced the transcript (its header says it)")
+    p = command("record", commands.record, "a pytest run on the GPU (`pytest tests/gpu`) as its section of the "
+                "evidence summary, from the JUnit XML it wrote")
+    p.add_argument("kind", choices=("gpu-tests",))
+    p.add_argument("--junit", required=True, help="the file pytest --junitxml=FILE wrote")
+    p.add_argument("--ran", required=True, metavar="COMMAND", help="the pytest command that wrote it")
 
     p = command("near-ties", commands.near_ties,
                 "measure the near-tie margin: where correct engines' greedy outputs part (GPU)")
-    p.add_argument("--record", action="store_true",
-                   help="write runs/<gpu>.near-tie-margin-<commit>.json and append the engines to runs/<gpu>.jsonl")
-    p.add_argument("--out", default=None, help="measurement file (default: artifacts/, or runs/ with --record)")
 
-    command("figures", commands.figures, "draw docs/figures/*.svg from the benchmark results under runs/")
+    command("figures", commands.figures, "draw docs/figures/*.svg from the evidence summary")
 
     p = command("notebooks", commands.notebooks, "re-execute the notebooks in place (outputs from this machine)")
     p.add_argument("--only", action="append", default=None,

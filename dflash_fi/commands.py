@@ -6,6 +6,7 @@ import contextlib
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 
@@ -67,7 +68,6 @@ def run(args) -> int:
     from dflash_fi.engine.spec import RunSpec
     from dflash_fi.logs import tail
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET
-    from dflash_fi.runs import Runs
     from dflash_fi.stack import require_gpu
 
     embedded = (args.target, args.drafter) == (str(DEFAULT_TARGET), str(DEFAULT_DRAFTER))
@@ -85,7 +85,10 @@ def run(args) -> int:
     gpu = require_gpu("dflash-fi run")
     record = run_engine(spec)
     if not args.no_ledger:
-        Runs().append(gpu.name, record.to_json())
+        import dflash_fi.summary as S
+
+        with open(S.raw_dir() / f"{S.gpu_slug(gpu.name)}.runs.jsonl", "a") as f:
+            f.write(json.dumps(record.to_json(), sort_keys=True) + "\n")
     shown = record.to_json()
     for generate in shown["generates"].values():
         generate.pop("tokens", None)
@@ -138,91 +141,97 @@ def walkthrough(args) -> int:
     return main(num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
 
 
+def _section(section, data: dict, rows: dict | None, started: float) -> None:
+    import dflash_fi.summary as S
+    from dflash_fi.stack import run_context
+
+    print(f"evidence summary ({section.key}): {S.write(section, data, S.provenance(run_context(), time.time() - started), rows)}")
+
+
 def bench(args) -> int:
-    from dflash_fi.runs import Kind, result_path, write_result
-    from dflash_fi.stack import git_commit, require_gpu
+    import dflash_fi.summary as S
+    from dflash_fi.stack import require_gpu
 
     if args.what == "e2e":
         from dflash_fi.bench.e2e import require_rounds
 
         require_rounds(args.rounds)  # before the GPU: bad input is refused first
-    gpu = require_gpu(f"dflash-fi bench {args.what}")
-    kind = Kind.BENCH_KERNELS if args.what == "kernels" else Kind.BENCH_TURNS
-    out = result_path(kind, gpu.name, (git_commit() or "unknown")[:7], args.record, args.out)
+    gpu, started = require_gpu(f"dflash-fi bench {args.what}"), time.time()
     if args.what == "kernels":
         from dflash_fi.bench.kernels import run_kernel_bench
 
         results = run_kernel_bench(quick=args.quick)
-    else:
-        from dflash_fi.bench.e2e import run_e2e_bench
-        from dflash_fi.bench.turns import targets_table, turns_of, turns_table
-        from dflash_fi.engine.identity import Pair
-        from dflash_fi.runs import Tee
+        if args.record:
+            _section(S.Section.BENCH_KERNELS, {"rows": len(results["rows"])}, results, started)
+        else:
+            S.keep(f"{S.gpu_slug(gpu.name)}.bench-kernels.json", results)
+        return 0
+    from dflash_fi.bench.e2e import run_e2e_bench
+    from dflash_fi.bench.turns import targets, targets_table, turns_of, turns_table
+    from dflash_fi.engine.identity import Pair
 
-        pairs = {"all": (Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), "embedded": (Pair.EMBEDDED,),
-                 "shape": (Pair.QWEN3_4B_SHAPE,)}[args.models]
-        with contextlib.redirect_stdout(tee := Tee(sys.stdout)):  # its transcript is recorded beside the results
-            results = run_e2e_bench(quick=args.quick, pairs=pairs, rounds=args.rounds)
-            turns = turns_of(results, out.name)
-            for pair in turns.pairs():
-                print(f"\n{pair.value}:\n{turns_table(turns, pair)}")
-            print(f"\n{targets_table(turns)}")
-        write_result(out.with_suffix(".txt"), tee.kept.getvalue(), args.record)
-    print(f"results: {write_result(out, results, args.record)}")
+    pairs = {"all": (Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), "embedded": (Pair.EMBEDDED,),
+             "shape": (Pair.QWEN3_4B_SHAPE,)}[args.models]
+    with contextlib.redirect_stdout(tee := S.Tee(sys.stdout)):  # its transcript is kept beside the results
+        results = run_e2e_bench(quick=args.quick, pairs=pairs, rounds=args.rounds)
+        turns = turns_of(results, "this run")
+        for pair in turns.pairs():
+            print(f"\n{pair.value}:\n{turns_table(turns, pair)}")
+        judged = targets(turns)
+        print(f"\n{targets_table(judged)}")
+    S.keep(f"{S.gpu_slug(gpu.name)}.bench-e2e.txt", tee.kept.getvalue())
+    if args.record:
+        _section(S.Section.BENCH_E2E, {"warm_up_rounds": results["warm_up_rounds"],
+                                       "targets": [t.to_json() for t in judged]}, results, started)
+    else:
+        S.keep(f"{S.gpu_slug(gpu.name)}.bench-e2e.json", results)
     return 0
 
 
 def profile(args) -> int:
+    import dflash_fi.summary as S
     from dflash_fi.bench.profile import run_profiles
-    from dflash_fi.runs import Kind, result_path, write_result
-    from dflash_fi.stack import git_commit, require_gpu
+    from dflash_fi.stack import require_gpu
 
-    gpu = require_gpu("dflash-fi profile")
-    out = result_path(Kind.BUILD_PROFILE, gpu.name, (git_commit() or "unknown")[:7], args.record, args.out)
-    print(f"results: {write_result(out, run_profiles(), args.record)}")
+    gpu, started = require_gpu("dflash-fi profile"), time.time()
+    results = run_profiles()
+    if args.record:
+        _section(S.Section.PROFILE, {"engines": len(results["engines"])}, results, started)
+    else:
+        S.keep(f"{S.gpu_slug(gpu.name)}.build-profile.json", results)
     return 0
 
 
 def record(args) -> int:
-    from dflash_fi.errors import BadInput
-    from dflash_fi.runs import TRANSCRIPTS, Kind, Runs, transcript
-    from dflash_fi.stack import git_commit, require_gpu, run_context
+    from dflash_fi.evidence.junit import record_pytest
 
-    kind = next(k for k in Kind if k.stem == args.kind)
-    if kind not in TRANSCRIPTS:
-        raise BadInput(f"{args.kind} is written by its own command; `record` keeps only "
-                       f"{', '.join(k.stem for k in TRANSCRIPTS)}")
-    source = Path(args.file)
-    if not source.is_file():
-        raise BadInput(f"no file {source} to record")
-    gpu = require_gpu("dflash-fi record (a transcript of a GPU run is named by the GPU it ran on)")
-    tag = args.tag or (git_commit() or "unknown")[:7]
-    text = transcript(kind, source.read_text(), run_context(), args.ran)
-    print(Runs().write_new(kind, gpu.name, tag, text,
-                           remedy="give --tag for a second transcript of one commit (or commit first)"))
+    print(record_pytest(args.kind, args.junit, args.ran))
     return 0
 
 
 def near_ties(args) -> int:
     from dflash_fi.evidence.near_ties import run_calibration
 
-    run_calibration(record=args.record, out=args.out)
+    run_calibration()
     return 0
 
 
 def figures(args) -> int:
     from dflash_fi.bench.results import latest_kernels
     from dflash_fi.bench.turns import latest_turns
+    from dflash_fi.errors import NoRecord
     from dflash_fi.figures import write_benchmark_figures
     from dflash_fi.figures.path import write_path_figure
 
-    from dflash_fi.errors import NoRecord
+    def read(latest):
+        try:
+            return latest()
+        except NoRecord as missing:
+            print(f"not drawn: {missing}")
+            return None
 
-    try:
-        turns = latest_turns()
-    except NoRecord:  # the kernels' pictures need no engine benchmark
-        turns = None
-    for path in [*write_benchmark_figures(latest_kernels(), turns), write_path_figure()]:
+    kernels, turns = read(latest_kernels), read(latest_turns)
+    for path in [*write_benchmark_figures(kernels, turns), write_path_figure()]:
         print(path)
     return 0
 

@@ -74,6 +74,7 @@ def require_gpu(what: str) -> Gpu:
 
 COMMIT_ENV = "DFLASH_FI_GIT_COMMIT"
 REPO_ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS_DIR = REPO_ROOT / "artifacts"  # what commands write that is not committed (git-ignored)
 
 
 def git_commit(repo: Path | None = None) -> str | None:

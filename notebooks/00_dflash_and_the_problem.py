@@ -29,7 +29,8 @@
 # will meet in the notebooks after it.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import check, setup, show, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, verdict
 
 session = setup("00_dflash_and_the_problem")
 
@@ -175,7 +176,7 @@ verdict(f"steps {PR_43081_STEPS[0]}-{PR_43081_STEPS[-1]} are PR #43081; steps "
 from dflash_fi.bench.e2e import BATCH1_PROMPTS, NEW_TOKENS, SHAPE_BATCH1_PROMPTS, SHAPE_NEW_TOKENS
 from dflash_fi.evidence.near_ties import committed_margin
 from dflash_fi.engine.workloads import MIXED_MAX_NUM_SEQS, MIXED_MAX_TOKENS, MIXED_PROMPT_BYTES, MIXED_REQUESTS
-from dflash_fi.notebook import LIVE_NEW_TOKENS, LIVE_PROMPTS
+from dflash_fi.evidence.live import LIVE_NEW_TOKENS, LIVE_PROMPTS
 
 show("| where | prompts x new tokens | what runs |\n|---|---|---|\n"
      f"| this notebook's reference decoder | 6 x 64 | pure PyTorch, fp32 (CPU, and the GPU cell below) |\n"

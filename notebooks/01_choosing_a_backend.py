@@ -33,7 +33,8 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_runs = [P.FLASH_ATTN, P.step_run(0), P.step_run(1), P.RTX4090_STOCK]
@@ -192,7 +193,7 @@ print(f"{'DFlash check':>16}: {dflash_check(draft_row, detail=True)}")
 # (notebook 0, "Numbers you will see"); the cell after this one waits for them.
 
 # %%
-from dflash_fi.notebook import show_engine_calls
+from dflash_fi.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 
@@ -201,7 +202,7 @@ live = session.run_live(live_runs)
 
 # %% [markdown]
 # The walkthrough's checks for steps 0 and 1 and for the stock RTX 4090 case, on those live runs (or, on a
-# machine without a GPU, on the walkthrough committed under `runs/`):
+# machine without a GPU, as the evidence summary's walkthrough judged them):
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import wrapped_lines
@@ -216,9 +217,11 @@ with wrapped_lines():
 # CPU lab's pretended RTX 4090 said in notebook 0:
 
 # %% tags=["nbval-ignore-output"]
+import dflash_fi.summary as S
 from dflash_fi.lab.selector import backend_verdicts
 
 stock = records[P.RTX4090_STOCK]
+made = stock.provenance or S.read().walkthrough()[4]  # a live record says where it ran; the summary's, its section
 # The ValueError the CPU lab's vLLM raised for the pretended RTX 4090 (no backend accepts the draft), as raised.
 lab_error = next(r["auto_error"] for r in matrix
                  if (r["step"], r["capability"], r["kv_cache_dtype"]) == (0, sm(RTX_4090), "fp8"))
@@ -227,13 +230,13 @@ same = stock.failure is not None and (stock.failure.type, said) == (type(lab_err
 lab_4090 = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "draft")}
 show(f"| backend | why it refuses on the CPU lab's pretended RTX 4090 |\n|---|---|\n" + "\n".join(
     f"| {name} | {'; '.join(reasons)} |" for name, reasons in lab_4090.items()))
-print(f"vLLM on {stock.provenance.gpu}: {stock.failure.type if stock.failure else 'no failure'}: {said}")
-verdict(f"on {stock.provenance.gpu} (SM {stock.provenance.compute_capability}), with only vLLM's FlashAttention forced to "
+print(f"vLLM on {made.gpu}: {stock.failure.type if stock.failure else 'no failure'}: {said}")
+verdict(f"on {made.gpu} (SM {made.compute_capability}), with only vLLM's FlashAttention forced to "
         f"version 2 and an FP8 cache, vLLM 0.22.1 refuses the draft "
         + ("with the very ValueError, word for word, that the CPU lab's vLLM raises" if same else
            "with another error than the CPU lab's vLLM raises")
         + f" on the pretended RTX 4090: {len(lab_4090)} backends, each with its reasons. What still differs from a real "
-        f"4090: vLLM's capability checks see SM {stock.provenance.compute_capability}, not 8.9, and FlashInfer picks "
+        f"4090: vLLM's capability checks see SM {made.compute_capability}, not 8.9, and FlashInfer picks "
         "its own kernels for that silicon.")
 
 # %% [markdown]

@@ -29,7 +29,8 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_runs = [P.FLASH_ATTN, P.step_run(2)]
@@ -113,7 +114,7 @@ verdict(f"on Blackwell step 1 sends the draft to {label(step1_blackwell.decode)}
 # draft's tau here may differ from notebook 1's by the verification step or two it explains):
 
 # %%
-from dflash_fi.notebook import show_engine_calls
+from dflash_fi.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 

@@ -24,7 +24,8 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_runs = [P.step_run(3), P.step_run(4), P.NO_SPEC_FP8, P.FP8, P.RTX4090_NO_SPEC, P.RTX4090_STEP4]
@@ -128,7 +129,7 @@ verdict(f"{len(changed)} of {len(stock_support)} backends changes, {', '.join(ch
 # draft on FlashInfer. The engines, started in the first cell (notebook 0, "Numbers you will see"):
 
 # %%
-from dflash_fi.notebook import show_engine_calls
+from dflash_fi.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 

@@ -28,7 +28,8 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
 live_runs = [P.NO_SPEC_GRAPHS, P.FLASH_ATTN_GRAPHS, P.STEP4_GRAPHS, P.step_run(4), P.step_run(5)]
@@ -138,7 +139,7 @@ show_hunks(5, only=[1, 2])
 # the first cell (notebook 0, "Numbers you will see"):
 
 # %%
-from dflash_fi.notebook import show_engine_calls
+from dflash_fi.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 

@@ -24,7 +24,8 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_hunks, skip, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, show_hunks, skip, verdict
 
 # The engines of "On the GPU" start now, in the background: each takes most of a minute.
 live_runs = [P.FLASH_ATTN_GRAPHS, *(P.graphs_run(step) for step in (6, 7))]

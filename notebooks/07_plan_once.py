@@ -25,7 +25,8 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_hunks, skip, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, show_hunks, skip, verdict
 
 # The engines of "On the GPU" start now, in the background: each takes most of a minute.
 live_runs = [P.FLASH_ATTN_GRAPHS, *(P.graphs_run(step) for step in (7, 8)), P.graphs_fi_target_run(8)]
@@ -62,7 +63,7 @@ show_hunks(8, only=[1, 4], context=0, joined=True)
 
 # %% [markdown]
 # Comparing the whole `qo_indptr` instead (with numpy, on its host copy) cost the host as much as launching the page
-# table's kernel, in a profile of the builds (`runs/nvidia-h200.build-profile-31f293d.json`). A batch of uneven
+# table's kernel, in a profile of the builds. A batch of uneven
 # queries keeps no key and is planned every time, as at step 7; DFlash never drafts one. A draft step that matches the
 # key takes a short path through `build()`:
 
@@ -79,7 +80,7 @@ show_hunks(8, only=[3], context=0)
 # With a trained drafter (the embedded pair of notebook 1), requests finish at different steps, and each one that
 # finishes leaves the draft batch: a plan keyed on the exact batch size would be made again at every departure. The
 # first version of step 8 did that, and its builds at batch 8 and 32 cost the host more per step than the Qwen3-4B
-# shape's at batch 32, whose requests all finish together (`runs/nvidia-h200.bench-turns-afd2af4.json`).
+# shape's at batch 32, whose requests all finish together.
 #
 # A plan's rows are positions in the batch, not requests, and vLLM keeps a batch's requests in its first rows (it
 # condenses the batch when one finishes): the rows that lose their requests are the last ones. When requests leave,
@@ -136,7 +137,7 @@ show_hunks(8, only=[2, 6], max_lines={2: 27, 6: 8}, context=0, joined=True)
 # A kept plan reads those buffers, rewritten in place by every build (hunk 5, below).
 # A launch through Triton's dispatch first binds the arguments, specializes on them and looks the compiled kernel up,
 # in Python, which cost the host more than the launch itself in a profile taken before hunk 7
-# (`runs/nvidia-h200.build-profile-c97f3e8.json`); the kernel is declared not to specialize on what changes between
+# the kernel is declared not to specialize on what changes between
 # calls, so once compiled the builder launches it directly (hunk 7):
 
 # %%

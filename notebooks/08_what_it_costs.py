@@ -19,21 +19,22 @@
 #
 # Notebooks 6 and 7 built steps 6 to 8. This one measures what the final FlashInfer draft costs against the FLASH_ATTN draft:
 # whole engines (the targets this work set out to reach), the attention kernel, and the host time of a draft step's
-# metadata build, before step 8 and after it. Every number is read from a results file committed under `runs/` by
-# the command that measured it on a GPU; a cell whose file is not recorded yet says so.
+# metadata build, before step 8 and after it. Every number is read from the evidence summary (`evidence/`), written by
+# the commands that measured it on a GPU in one evidence pass; a cell whose section is not recorded yet says so.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.bench.profile import latest_profile
 from dflash_fi.bench.results import latest_kernels
 from dflash_fi.bench.turns import latest_turns
-from dflash_fi.notebook import check, recorded, setup, show, skip, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, recorded, show, skip, verdict
 
 session = setup("08_what_it_costs")
 turns = recorded(latest_turns, "engines in turns (`dflash-fi bench e2e --record`)")
 profile = recorded(latest_profile, "where builds spend host time (`dflash-fi profile --record`)")
 kernels = recorded(latest_kernels, "the kernel benchmark (`dflash-fi bench kernels --record`)")
 for read in (r for r in (turns and vars(turns), profile, kernels) if r):
-    print(f"read runs/{read['file']} ({read['gpu']}, commit {read['git_commit'][:10]})")
+    print(f"read {read['file']} ({read['gpu']}, commit {read['git_commit'][:10]})")
 
 # %% [markdown]
 # ## The targets
@@ -55,19 +56,19 @@ for read in (r for r in (turns and vars(turns), profile, kernels) if r):
 
 # %%
 from dflash_fi.bench.stats import Verdict
-from dflash_fi.bench.turns import idle_cpu, targets, targets_table, vcpu_summary
+from dflash_fi.bench.turns import Metric, idle_cpu, stored_targets, targets_table, vcpu_summary
 
 if turns:
-    show(targets_table(turns))
-    judged, cpu = targets(turns), idle_cpu(turns)
+    judged, cpu = stored_targets(), idle_cpu(turns)  # as the benchmark judged them when it ran
+    show(targets_table(judged))
     counts = ", ".join(f"{sum(t.verdict is v for t in judged)} {v.value}" for v in Verdict if any(t.verdict is v
                                                                                                   for t in judged))
-    noise = max((t.aa.high - t.aa.low for t in judged if t.aa and t.what == "tokens/s"), default=float("nan"))
+    noise = max((t.aa.high - t.aa.low for t in judged if t.aa and t.what is Metric.TOKENS), default=float("nan"))
     verdict(f"of {len(judged)} targets: {counts}. The A/A pair's tokens/s intervals are up to {noise:.3f} wide: the "
             f"noise floor. Idle engines took {cpu['free']:.2f} CPU s per round while they ran free, {cpu['stopped']:.2f} "
             f"s once stopped. {vcpu_summary(turns)}")
 else:
-    print("not recorded yet: no engine benchmark with intervals (schema 2) under runs/")
+    print("not recorded yet: no engine benchmark in the evidence summary")
 
 # %% [markdown]
 # ## The kernel
@@ -99,7 +100,7 @@ if kernels:
         f"{sum(r['ratio'] < 1 for r in fa2)} of {len(fa2)} shapes (why step 5 names it). Every shape's time: the "
         "appendix.")
 else:
-    print("not recorded yet: no kernel benchmark under runs/")
+    print("not recorded yet: no kernel benchmark in the evidence summary")
 
 # %% [markdown]
 # ## A draft step's host time, before step 8 and after
@@ -125,7 +126,7 @@ if turns:
         f"{draft_ms[run]:.3f} ms per step for the {label(run)}" for run in runs) + ".")
     fa, final = runs[0], runs[-1]
 else:
-    print("not recorded yet: no engine benchmark with builder timings under runs/")
+    print("not recorded yet: no engine benchmark in the evidence summary")
 
 # %% [markdown]
 # **Why there are that many builds per step.** The model runner groups attention layers by backend and builds once per
@@ -148,7 +149,7 @@ if turns:
             + f": its {drafter[final].layers} draft layers are a group of their own, built every step (step 7: "
             "without planning). Each drafter builds once more, for its block.")
 else:
-    print("not recorded yet: no engine benchmark with builder timings under runs/")
+    print("not recorded yet: no engine benchmark in the evidence summary")
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import draft_step_time
@@ -158,7 +159,7 @@ if turns:
     verdict("each bar is a decoding step (median of rounds): the host's builds at the bottom, the rest (GPU work, "
             "the rest of the host's) above; the numbers on top are the step and its builds, in ms.")
 else:
-    print("not recorded yet: no engine benchmark with builder timings under runs/")
+    print("not recorded yet: no engine benchmark in the evidence summary")
 
 # %% [markdown]
 # Where a draft build's host time goes: every engine's builds, profiled (`dflash-fi profile`, cProfile: it slows
@@ -178,7 +179,7 @@ if profile:
         f"{plans.get(run, 0):.2f} times ({planned[run]['own_ms_per_build'] if run in planned else 0:.3f} ms of its "
         f"own, profiled) for the {label(run)}" for run in profile_runs()[1:]) + ".")
 else:
-    print("not recorded yet: no build profile (schema 2) under runs/")
+    print("not recorded yet: no build profile in the evidence summary")
 
 # %% [markdown]
 # The same three builders alone, in the kernel benchmark: each draft step's build on the host, with the GPU idle and
@@ -200,7 +201,7 @@ if rows:
             f"{sum(r['builds'] for r in rows if r['kernel'] == step7)} builds, step 8's "
             f"{sum(r['plans'] for r in rows if r['kernel'] == final_build)} times after each shape's first build.")
 elif not kernels:
-    print("not recorded yet: no kernel benchmark under runs/")
+    print("not recorded yet: no kernel benchmark in the evidence summary")
 
 # %% [markdown]
 # On this GPU, now: the same builders, bf16, two batches of one context (this cell's own timing, not a record):
@@ -262,7 +263,7 @@ print("\n".join(f"- {line}" for line in lines) or "Not recorded yet: the results
       "`dflash-fi bench e2e --record`, `dflash-fi bench kernels --record` and `dflash-fi profile --record` on a GPU.")
 
 # %% [markdown]
-# Every table behind these lines, generated from `runs/`, is in [`docs/RESULTS.md`](../docs/RESULTS.md). To measure
+# Every table behind these lines, generated from the evidence summary, is in [`docs/RESULTS.md`](../docs/RESULTS.md). To measure
 # again on a GPU: `dflash-fi bench e2e --record`, `dflash-fi bench kernels --record`, `dflash-fi profile --record`,
 # then `dflash-fi notebooks --only 08`. That is the whole change; the README lists every command.
 #

@@ -10,7 +10,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dflash_fi"
 SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench", "figures")
 TOP_LEVEL = {  # top-level modules: what each may import from dflash_fi
     "vocabulary": (), "errors": (), "logs": (), "stack": ("dflash_fi.errors", "dflash_fi.vocabulary"),
-    "runs": ("dflash_fi.errors", "dflash_fi.stack"),
+    # the evidence summary's one reader (and writer): its typed views are the engine's records and the checks
+    "summary": ("dflash_fi.errors", "dflash_fi.stack", "dflash_fi.engine", "dflash_fi.evidence"),
     "plugin": ("dflash_fi.steps", "dflash_fi.stack", "dflash_fi.errors"),
 }
 MAX_LINES = 260
@@ -53,3 +54,22 @@ def test_no_module_is_too_long_and_none_lives_outside_the_parts():
         assert len(path.read_text().splitlines()) <= limit, f"{path} is over {limit} lines"
     top = {p.stem for p in PACKAGE.glob("*.py")}
     assert top == {"__init__", *TOP_LEVEL, "cli", "commands", "notebook", "readme"}
+
+
+# The lesson, apart from the machinery that proves it: it reads evidence only through the summary's reader.
+LESSON = ("steps", "patched", "plugin", "reference", "models", "lab", "notebook")
+MACHINERY = {"dflash_fi.engine", "dflash_fi.bench", "dflash_fi.evidence"}
+
+
+@pytest.mark.parametrize("name", LESSON)
+def test_the_lesson_imports_no_machinery_but_the_summary_reader(name):
+    paths = list((PACKAGE / name).glob("*.py")) if (PACKAGE / name).is_dir() else [PACKAGE / f"{name}.py"]
+    for path in paths:
+        assert not {part(m) for m in imports_of(path)} & MACHINERY, f"{path.name} imports the evidence machinery"
+
+
+def test_no_docstring_cites_a_file_of_the_committed_evidence():
+    cited = [(path.name, getattr(node, "lineno", 1)) for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and (ast.get_docstring(node) or "")
+             and ("evidence/nvidia" in ast.get_docstring(node) or "runs/nvidia" in ast.get_docstring(node))]
+    assert not cited, f"docstrings that cite an evidence file: {cited}"

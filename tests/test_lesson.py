@@ -104,7 +104,7 @@ def test_flashinfer_kernels_and_vllm_flashattention_are_named_apart():
 def test_each_step_is_shown_hunk_by_hunk():
     """The notebook of step N (the first about it) shows every hunk of step N with show_hunks, and says why after each
     call."""
-    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP, STEPS_OF_NOTEBOOK
+    from dflash_fi.notebook import NOTEBOOK_OF_STEP, STEPS_OF_NOTEBOOK
     from dflash_fi.lab.hunks import step_hunks
 
     for script in LESSON:

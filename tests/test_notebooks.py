@@ -1,7 +1,6 @@
 """The notebooks: paired with their .py, one per part of the story, each ending with a check and a summary,
 committed executed on a GPU from the very sources they hold now."""
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -9,7 +8,10 @@ import jupytext
 import nbformat
 import pytest
 
-from dflash_fi.evidence.notebooks import METADATA_KEY, STEPS_OF_NOTEBOOK, source_sha256
+import dflash_fi.summary as S
+from dflash_fi.evidence.notebooks import METADATA_KEY, source_sha256
+from dflash_fi.summary import step_hash
+from dflash_fi.notebook import STEPS_OF_NOTEBOOK
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 PAIRS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
@@ -46,33 +48,15 @@ def test_pair_in_sync_and_shaped_like_a_lesson(script):
                 "a markdown line starting '#<digit>' renders as a heading"
 
 
-# Notebooks whose prose changed after their GPU execution when no device time was left to run them again, each as
-# (the hash its execution recorded, the hash of its cells now, the hash of its code cells then and now). Its code
-# cells, and so its outputs, are as executed. Such a notebook is an expected failure, never a pass, and the README's
-# notebook list says it was not re-executed; an entry that no longer matches fails, so it goes once the notebook runs.
-AWAITING_GPU = {"07_plan_once": ("f30a70fb19fcbf5b28b4ee280c82891600597292960f3ca70a81fbfff83d2903",
-                                 "e2113f62e6ff36b1f7a98a22c7b486eb0b7078de905e27c5ebdc54268cc4da88",
-                                 "9e1725748e31540b99de3ab632a0a13a30433012ad9cbb35d6fc7fd43fd51129")}
-
-
-def code_sha256(nb) -> str:
-    cells = [[c.cell_type, c.source, sorted(c.metadata.get("tags", []))] for c in code_cells(nb)]
-    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
-
-
 @pytest.mark.parametrize("script", PAIRS, ids=lambda p: p.stem)
 def test_committed_notebook_is_executed_on_a_gpu_from_its_own_sources(script):
     nb = nbformat.read(script.with_suffix(".ipynb"), as_version=4)
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3", "every notebook names its kernel"
     executed = nb.metadata.get(METADATA_KEY) or {}
-    if script.stem in AWAITING_GPU:
-        assert (executed.get("source_sha256"), source_sha256(nb), code_sha256(nb)) == AWAITING_GPU[script.stem], (
-            "re-executed, or edited again: remove its AWAITING_GPU entry (re-executed) or run `dflash-fi notebooks "
-            f"--only {script.stem[:2]}` on a GPU (edited)")
-        pytest.xfail(f"prose changed after its GPU execution at {executed['commit'][:7]} (code cells as executed): "
-                     f"run `dflash-fi notebooks --only {script.stem[:2]}` on a GPU")
+    again = f"run `dflash-fi notebooks --only {script.stem[:2]}` on a GPU, in the evidence pass"
     assert executed.get("source_sha256") == source_sha256(nb), (
-        "the committed outputs were produced from other sources (stale): run `dflash-fi notebooks` on a GPU")
+        f"the committed outputs were produced from other cells (stale): {again}")
+    assert executed.get("step_hash") == step_hash(), f"the committed outputs ran other step modules (stale): {again}"
     assert executed.get("executed_on", "CPU") != "CPU" and executed.get("status") == "ok", executed
     code = code_cells(nb)
     assert all(c.execution_count is not None for c in code), "committed without outputs: run `dflash-fi notebooks`"
@@ -85,10 +69,24 @@ def test_committed_notebook_is_executed_on_a_gpu_from_its_own_sources(script):
     assert vllm_lines == [], "vLLM's log lines belong in the log file, not in cell outputs"
 
 
+@pytest.mark.skipif(not list(S.EVIDENCE_DIR.glob("*.json")), reason="no GPU evidence pass committed yet")
+def test_every_notebook_comes_from_the_evidence_pass_of_the_summary():
+    summary = S.read()
+    commit = summary.entry(S.Section.WALKTHROUGH).provenance.commit
+    recorded = summary.entry(S.Section.NOTEBOOKS).data["notebooks"]
+    for script in PAIRS:
+        executed = nbformat.read(script.with_suffix(".ipynb"), as_version=4).metadata.get(METADATA_KEY) or {}
+        assert executed.get("commit") == commit, (
+            f"{script.stem} was executed at {executed.get('commit')}, the evidence pass at {commit}: run the notebooks "
+            "in the evidence pass")
+        assert recorded.get(script.stem, {}).get("source_sha256") == executed.get("source_sha256"), (
+            f"the summary's notebooks section does not record {script.stem}'s execution: run it in the evidence pass")
+
+
 def test_a_changed_cell_makes_the_recorded_execution_stale():
-    nb = nbformat.read(PAIRS[0].with_suffix(".ipynb"), as_version=4)
+    nb = json.loads(PAIRS[0].with_suffix(".ipynb").read_text())
     before = source_sha256(nb)
-    nb.cells[0].source += "\n"
+    nb["cells"][0]["source"] = "".join(nb["cells"][0]["source"]) + "\n"
     assert source_sha256(nb) != before
 
 
@@ -121,8 +119,8 @@ def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch
     """On a GPU, setup's `live` runs start the engines at once; the live cell collects that run instead of
     starting a second one. Engines and the GPU reference decoder are doubles here (both need a GPU); the same
     path runs for real whenever the notebooks are executed on the GPU machine."""
-    from dflash_fi import notebook
     from dflash_fi.engine.identity import label
+    from dflash_fi.evidence import live as notebook
     from dflash_fi.engine.records import EngineRecord, Failure, Phase
     from dflash_fi.evidence import plan as P
 

@@ -8,12 +8,13 @@
     turns.py    the engine rounds, in pairs, and the targets          results.py  the kernel results files
     profile.py  `dflash-fi profile`: where the metadata builds spend host time
 
-Each writes one JSON results file (committed under runs/ when run with --record, `dflash_fi.runs`) that
+Each writes, with --record, its section of the evidence summary (`dflash_fi.summary`) that
 docs/RESULTS.md, the notebooks and `dflash_fi.figures` read. Timings live in these files only: no test times anything.
 
 May import: dflash_fi.engine, dflash_fi.reference, dflash_fi.steps, dflash_fi.models, dflash_fi.lab (the real
-builders, for builds.py), dflash_fi.logs, dflash_fi.stack, dflash_fi.vocabulary, dflash_fi.errors, dflash_fi.runs.
+builders, for builds.py), dflash_fi.logs, dflash_fi.stack, dflash_fi.vocabulary, dflash_fi.errors,
+dflash_fi.summary (the evidence summary, which they write).
 """
 
 MAY_IMPORT = ("dflash_fi.engine", "dflash_fi.reference", "dflash_fi.steps", "dflash_fi.models", "dflash_fi.lab",
-              "dflash_fi.logs", "dflash_fi.stack", "dflash_fi.vocabulary", "dflash_fi.errors", "dflash_fi.runs")
+              "dflash_fi.logs", "dflash_fi.stack", "dflash_fi.vocabulary", "dflash_fi.errors", "dflash_fi.summary")

@@ -54,16 +54,12 @@ def run_profiles(print_fn=print) -> dict:
             "engines": engines, **run_context()}
 
 
-def latest_profile(runs=None) -> dict:
-    """The newest committed build profile written by this command (schema 2), with its file's name."""
-    from dflash_fi.errors import NoRecord
-    from dflash_fi.runs import Kind, Runs
+def latest_profile(summary=None) -> dict:
+    """The build profile of the evidence summary (its compressed rows), with the summary's name."""
+    import dflash_fi.summary as S
 
-    typed = [f for f in (runs or Runs()).files(Kind.BUILD_PROFILE) if f.read().get("schema") == 2]
-    if not typed:
-        raise NoRecord("no build profile is recorded under runs/: run `dflash-fi profile --record` on a GPU")
-    newest = max(typed, key=lambda f: f.finished_at)
-    return {**newest.read(), "file": newest.path.name}
+    summary = summary or S.read()
+    return {**summary.rows(S.Section.PROFILE), "file": summary.path.name}
 
 
 def profile_batches(profile: dict) -> list[int]:

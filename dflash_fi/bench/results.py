@@ -1,22 +1,22 @@
-"""The committed benchmark results files, and the kernel benchmark's summaries (README, notebook 07).
+"""The kernel benchmark's results as the evidence summary keeps them, and their summaries (README, notebook 08).
 
 The engine benchmark's summaries (engines in turns, pairs of rounds, the targets) are `dflash_fi.bench.turns`.
 """
 
 from __future__ import annotations
 
-from dflash_fi.runs import Kind, Runs
+import dflash_fi.summary as S
 
 
 # What makes two rows the same measurement (no two rows of a results file share them).
 ROW_KEYS = {"kernels": ("kernel", "kv_dtype", "batch", "context", "num_qo_heads", "num_kv_heads")}
 
 
-def latest_kernels(runs: Runs | None = None) -> dict:
-    """The newest kernel benchmark file, whole (`file`: its name). Files are not merged: each was timed its own way
-    (the newest with FlashInfer's helpers), and a row from one beside a row from another would not compare."""
-    newest = (runs or Runs()).newest(Kind.BENCH_KERNELS)
-    return {**newest.read(), "file": newest.path.name}
+def latest_kernels(summary: S.Summary | None = None) -> dict:
+    """The kernel benchmark of the evidence summary, whole (its rows are the summary's compressed rows; `file`: the
+    summary's name)."""
+    summary = summary or S.read()
+    return {**summary.rows(S.Section.BENCH_KERNELS), "file": summary.path.name}
 
 
 def kernel_rows(results: dict) -> list[dict]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from enum import Enum
 
 from dflash_fi.bench.e2e import flash_attn_draft, flashinfer_draft
 from dflash_fi.bench.stats import AtLeast, AtMost, Estimate, Verdict, median_estimate, round_to_round
 from dflash_fi.engine.identity import Pair, RunId, label
 from dflash_fi.engine.records import BatchRun, BuildKey, EngineRecord, Role
-from dflash_fi.errors import NoRecord
-from dflash_fi.runs import Kind, Runs
+import dflash_fi.summary as S
 
 TOKENS_TARGET = AtLeast(0.97, floor=0.95)  # final FlashInfer draft / FLASH_ATTN draft, tokens/s
 STEP_GAP_TARGET = AtMost(0.03)  # Qwen3-4B shape: step time / FLASH_ATTN draft's - 1
@@ -52,22 +52,22 @@ class Turns:
                 for b in r.batches if b.batch == batch}
 
 
-def latest_turns(runs: Runs | None = None) -> Turns:
-    """The newest committed engine benchmark in turns with typed records (schema 2)."""
-    files = [f for f in (runs or Runs()).files(Kind.BENCH_TURNS) if f.path.suffix == ".json"]
-    typed = [f for f in files if f.read().get("schema") == 2]
-    if not typed:
-        raise NoRecord("no engine benchmark with intervals is recorded under runs/: run `dflash-fi bench e2e "
-                       "--record` on a GPU")
-    newest = max(typed, key=lambda f: f.finished_at)
-    return turns_of(newest.read(), newest.path.name)
+def latest_turns(summary: S.Summary | None = None) -> Turns:
+    """The engine benchmark of the evidence summary (its rounds are the summary's compressed rows)."""
+    summary = summary or S.read()
+    return turns_of(summary.rows(S.Section.BENCH_E2E), summary.rows_path.name)
 
 
 def turns_of(data: dict, file: str) -> Turns:
-    """A results file's content (schema 2) as `Turns`."""
+    """A benchmark's results (`run_e2e_bench`) as `Turns`."""
     engines = {r.run: r for r in (EngineRecord.from_json(e) for e in data["engines"])}
     return Turns(engines, data["warm_up_rounds"], file, data["gpu"], data["compute_capability"],
                  data["git_commit"], data["finished_at"])
+
+
+def stored_targets(summary: S.Summary | None = None) -> list["Target"]:
+    """The targets as the benchmark judged them, when it ran."""
+    return [Target.from_json(t) for t in (summary or S.read()).entry(S.Section.BENCH_E2E).data["targets"]]
 
 
 def tokens_per_s(b: BatchRun) -> float:
@@ -109,33 +109,51 @@ def stability(turns: Turns, run: RunId, batch: int, metric=step_ms) -> tuple[flo
     return round_to_round([metric(rounds[k]) for k in sorted(rounds)])
 
 
+class Metric(Enum):
+    TOKENS = "tokens/s"
+    STEP_TIME = "step time"
+    HOST_BUILD = "host build"
+
+
 @dataclass(frozen=True)
 class Target:
     pair: Pair
     batch: int
-    what: str  # "tokens/s", "step time", "host build"
+    what: Metric
     estimate: Estimate | None
     aa: Estimate | None  # the same comparison between the two FLASH_ATTN draft engines
     verdict: Verdict
 
+    def to_json(self) -> dict:
+        def est(e):
+            return None if e is None else {"value": e.value, "low": e.low, "high": e.high}
+        return {"pair": self.pair.value, "batch": self.batch, "what": self.what.name, "estimate": est(self.estimate),
+                "aa": est(self.aa), "verdict": self.verdict.name}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Target":
+        def est(e):
+            return None if e is None else Estimate(e["value"], e["low"], e["high"], ())
+        return cls(Pair(d["pair"]), d["batch"], Metric[d["what"]], est(d["estimate"]), est(d["aa"]), Verdict[d["verdict"]])
+
 
 def targets(turns: Turns) -> list[Target]:
-    """Every target, from the committed file: the final FlashInfer draft against the FLASH_ATTN draft."""
+    """Every target, judged on a benchmark's rounds: the final FlashInfer draft against the FLASH_ATTN draft."""
     out = []
     for pair in turns.pairs():
         fa, aa, final = flash_attn_draft(pair), flash_attn_draft(pair, 1), flashinfer_draft(pair)
         for batch in turns.batches(pair):
             if pair is Pair.EMBEDDED:
                 e = ratio(turns, final, fa, batch)
-                out.append(Target(pair, batch, "tokens/s", e, ratio(turns, aa, fa, batch), TOKENS_TARGET.judge(e)))
+                out.append(Target(pair, batch, Metric.TOKENS, e, ratio(turns, aa, fa, batch), TOKENS_TARGET.judge(e)))
             else:
                 r = ratio(turns, final, fa, batch, step_ms)
                 e = r and Estimate(r.value - 1, r.low - 1, r.high - 1, tuple(v - 1 for v in r.rounds))
                 a = ratio(turns, aa, fa, batch, step_ms)
                 a = a and Estimate(a.value - 1, a.low - 1, a.high - 1, tuple(v - 1 for v in a.rounds))
-                out.append(Target(pair, batch, "step time", e, a, STEP_GAP_TARGET.judge(e)))
+                out.append(Target(pair, batch, Metric.STEP_TIME, e, a, STEP_GAP_TARGET.judge(e)))
             d = difference(turns, final, fa, batch)
-            out.append(Target(pair, batch, "host build", d, difference(turns, aa, fa, batch), BUILD_TARGET_MS.judge(d)))
+            out.append(Target(pair, batch, Metric.HOST_BUILD, d, difference(turns, aa, fa, batch), BUILD_TARGET_MS.judge(d)))
     return out
 
 
@@ -143,16 +161,16 @@ def _interval(e: Estimate | None, fmt: str) -> str:
     return "-" if e is None else f"{fmt.format(e.value)} [{fmt.format(e.low)}, {fmt.format(e.high)}]"
 
 
-def targets_table(turns: Turns) -> str:
+def targets_table(found: list[Target]) -> str:
     """Markdown: each target, the final FlashInfer draft's estimate and 95% interval, the A/A pair's, the verdict."""
-    wanted = {"tokens/s": f"tokens/s at the median step at least {TOKENS_TARGET.threshold}x "
-                          f"(low end {TOKENS_TARGET.floor}x)",
-              "step time": f"step time at most {STEP_GAP_TARGET.threshold:+.0%}",
-              "host build": f"host build per step at most {BUILD_TARGET_MS.threshold:+} ms"}
-    fmt = {"tokens/s": "{:.4f}x", "step time": "{:+.1%}", "host build": "{:+.3f} ms"}  # 0.9699x, not 0.970x
+    wanted = {Metric.TOKENS: f"tokens/s at the median step at least {TOKENS_TARGET.threshold}x "
+                             f"(low end {TOKENS_TARGET.floor}x)",
+              Metric.STEP_TIME: f"step time at most {STEP_GAP_TARGET.threshold:+.0%}",
+              Metric.HOST_BUILD: f"host build per step at most {BUILD_TARGET_MS.threshold:+} ms"}
+    fmt = {Metric.TOKENS: "{:.4f}x", Metric.STEP_TIME: "{:+.1%}", Metric.HOST_BUILD: "{:+.3f} ms"}  # 0.9699x, not 0.970x
     lines = ["| pair, batch | target, against the FLASH_ATTN draft | final FlashInfer draft [95%] | A/A pair [95%] | "
              "verdict |", "|---|---|---|---|---|"]
-    for t in targets(turns):
+    for t in found:
         lines.append(f"| {t.pair.value}, {t.batch} | {wanted[t.what]} | {_interval(t.estimate, fmt[t.what])} | "
                      f"{_interval(t.aa, fmt[t.what])} | {t.verdict.value} |")
     return "\n".join(lines)

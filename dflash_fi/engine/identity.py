@@ -14,7 +14,7 @@ is rendered from it (`label`) where a person reads it, and never read back.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import Enum
 
 
@@ -49,7 +49,10 @@ class RunId:
             object.__setattr__(self, "draft_backend", None)
 
     def to_json(self) -> dict:
-        return {**asdict(self), "pair": self.pair.value}
+        """What differs from the defaults (`from_json` fills them in)."""
+        default = RunId()
+        return {f.name: (v.value if isinstance(v, Enum) else v) for f in fields(self)
+                if (v := getattr(self, f.name)) != getattr(default, f.name)}
 
     @classmethod
     def from_json(cls, data: dict) -> "RunId":

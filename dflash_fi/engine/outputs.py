@@ -85,7 +85,6 @@ class GenerateResult:
     near_tie_cap: float | None = None
     builds: tuple[BuildTiming, ...] = ()
     step_times: StepTimes | None = None
-    legacy_builds: dict | None = None  # builder timings recorded under text keys, kept as written
 
     @property
     def tau(self) -> float | None:

@@ -4,8 +4,6 @@
                     (`dflash_fi.engine.outputs`), a benchmark's rounds, and where it came from (GPU, versions, commit)
     Failure         what went wrong, in which `Phase` (set where it happened, never guessed from text)
     Backend         an attention backend class as vLLM named it, and the dflash-fi step it was patched at
-
-Records written before these types (no "schema" key) are read by `from_json` too (`dflash_fi.engine.legacy`).
 """
 
 from __future__ import annotations
@@ -110,10 +108,10 @@ class EngineRecord:
 
     @classmethod
     def from_json(cls, data: dict) -> "EngineRecord":
-        if data.get("schema") is None:
-            from dflash_fi.engine.legacy import record_from_legacy
+        if data.get("schema") != SCHEMA:
+            from dflash_fi.errors import BadInput
 
-            return record_from_legacy(data)
+            raise BadInput(f"an engine record of schema {data.get('schema')}; this dflash-fi reads {SCHEMA}")
         return cls(
             spec=RunSpec.from_json(data["spec"]), ok=data["ok"],
             failure=Failure(**data["failure"]) if data.get("failure") else None,

@@ -2,9 +2,8 @@
 the one fastest at the round's start.
 
 The GPU machine is a VM whose vCPUs are not equally fast, and not for long: the same loop of pure Python takes
-longer on some vCPUs than on others, and a vCPU can be slower after a turn than before it (every turn of
-`runs/nvidia-h200.bench-turns-966dce0.json` records both); an engine's step time jumped between levels from one turn to
-the next while holding within a turn (`runs/nvidia-h200.bench-turns-31f293d.json`).
+longer on some vCPUs than on others, and a vCPU can be slower after a turn than before it (each turn of the engine
+benchmark records both, `TurnCpu`); an engine's step time can jump between levels from one turn to the next.
 A host-bound engine is as fast as the vCPU its main thread lands on (vLLM's engine core runs in it: one process,
 `VLLM_ENABLE_V1_MULTIPROCESSING=0`). So at a round's start the parent times the loop on every vCPU it may use
 (`choose`); for each turn it holds the engine's main thread on the fastest (`os.sched_setaffinity` per thread) and its

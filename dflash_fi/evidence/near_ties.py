@@ -10,8 +10,9 @@ So an identity check looks at the first position where a prompt's output parts f
 the baseline's gap there (nats between its best and second-best candidate, recorded by the engine, see
 `dflash_fi.engine.generate`) to be within the near-tie margin. The margin is measured, not chosen: pairs of
 correct configurations (`CALIBRATION_PAIRS`: engine to engine, backend to backend, and the FLASH_ATTN draft,
-upstream's reference, against plain decoding) are run by `dflash-fi near-ties --record`, every parting's gap is
-kept in `runs/<gpu>.near-tie-margin-<commit>.json`, and the margin is MARGIN_FACTOR x the largest of them.
+upstream's reference, against plain decoding) are among every walkthrough's own engines, and the margin the
+walkthrough judges with is MARGIN_FACTOR x the largest gap at which they parted (`measure_margin`), kept in the
+evidence summary beside the checks. `dflash-fi near-ties` runs the calibration pairs alone.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 from dflash_fi.engine.identity import RunId, Workload, label
 from dflash_fi.engine.records import EngineRecord
 from dflash_fi.evidence import plan as P
-from dflash_fi.runs import Kind, Runs
 
 MARGIN_FACTOR = 2.0
 CALIBRATION_PAIRS = (  # (run, baseline): both correct; they differ in one thing
@@ -59,14 +59,14 @@ def near_tie_verdict(record: EngineRecord, baseline: EngineRecord, margin: dict 
     if not parted:
         return True, f"identical to {name} on all {len(base.tokens)} requests"
     if margin is None:
-        return False, f"{where}, and no near-tie margin is committed (run `dflash-fi near-ties --record`)"
+        return False, f"{where}, and no near-tie margin was measured (no calibration pair parted or ran)"
     confident = [p for p in parted if p["gap"] is None or p["gap"] > margin["margin"]]
     gaps = [p["gap"] for p in parted if p["gap"] is not None]
     largest = f"{max(gaps):.3f}" if gaps else "-"
     detail = (f"{where}, all at near-ties" if not confident else
               f"{where}, {len(confident)} at a confident token (gap "
               + ", ".join("> cap" if p["gap"] is None else f"{p['gap']:.3f}" for p in confident[:3]) + ")")
-    return not confident, f"{detail}; largest gap at a parting {largest} (margin {margin['margin']:.3f}, {margin['file']})"
+    return not confident, f"{detail}; largest gap at a parting {largest} (margin {margin['margin']:.3f})"
 
 
 def measure_margin(records: dict[RunId, EngineRecord]) -> dict:
@@ -90,36 +90,16 @@ def measure_margin(records: dict[RunId, EngineRecord]) -> dict:
     }
 
 
-def committed_margin(runs: Runs | None = None) -> dict | None:
-    """The newest committed near-tie margin measurement ({"margin", "file", ...}), or None."""
-    files = (runs or Runs()).files(Kind.NEAR_TIE_MARGIN)
-    if not files:
-        return None
-    newest = max(files, key=lambda f: f.finished_at)
-    measured = newest.read()
-    return {**measured, "file": newest.path.name} if measured.get("margin") is not None else None
-
-
-def run_calibration(record: bool = False, out=None, runs: Runs | None = None, print_fn=print) -> dict:
-    """`dflash-fi near-ties`: run the calibration pairs' engines (the walkthrough's own specs) on this GPU and
-    measure the margin; with `record`, append the engines to the ledger and write the measurement to runs/."""
-    import time
-
+def run_calibration(print_fn=print) -> dict:
+    """`dflash-fi near-ties`: the calibration pairs' engines alone (the walkthrough's own specs) on this GPU, and the
+    margin they give; nothing is recorded (the walkthrough measures its own)."""
     from dflash_fi.engine.pool import run_engines, share_gpus
-    from dflash_fi.runs import result_path, write_result
-    from dflash_fi.stack import git_commit, require_gpu, run_context
+    from dflash_fi.stack import require_gpu
 
-    runs = runs or Runs()
-    gpu = require_gpu("dflash-fi near-ties")
-    path = result_path(Kind.NEAR_TIE_MARGIN, gpu.name, (git_commit() or "unknown")[:7], record, out, runs)
+    require_gpu("dflash-fi near-ties")
     specs, slots = share_gpus([s for s in P.walkthrough_plan() if s.run in CALIBRATION_RUNS])
-    calibration_id = time.strftime("%Y%m%dT%H%M%S")
-    records = {r.run: r for r in run_engines(specs, slots, f"dflash-fi near-ties (id {calibration_id})",
-                                             on_record=(lambda r: runs.append(gpu.name, r.to_json())) if record else None,
-                                             print_fn=print_fn)}
-    measured = {**measure_margin(records), "gpu": gpu.name, "compute_capability": gpu.sm,
-                "calibration_id": calibration_id, **run_context()}
+    records = {r.run: r for r in run_engines(specs, slots, "dflash-fi near-ties", print_fn=print_fn)}
+    measured = measure_margin(records)
     print_fn(f"{measured['partings']} partings between correct pairs, largest gap {measured['largest_gap']}, "
              f"{measured['partings_at_confident_tokens']} at a confident token; margin {measured['margin']}")
-    print_fn(f"written: {write_result(path, measured, record)}")
     return measured

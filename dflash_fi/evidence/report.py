@@ -1,34 +1,46 @@
-"""What the committed records say: the last complete GPU walkthrough, its tables, and where it came from.
+"""A walkthrough's tables, and what of its records goes into the evidence summary.
 
-Tables are rendered here, from records keyed by `RunId`; nothing here is read back.
+`compact` keeps of an engine record what the tables, figures and notebooks read (tokens by hash only);
+`sameness_rows` is each run's output against its baselines', counted once, when the tokens are still there. Tables
+are rendered here, from records keyed by `RunId`; nothing here is read back.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dflash_fi.engine.identity import RunId, Workload, label
 from dflash_fi.engine.records import EngineRecord, Role, outcome, short_backend
-from dflash_fi.errors import NoRecord
 from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.ledger import Walkthrough, latest_walkthrough
 from dflash_fi.evidence.near_ties import partings
-from dflash_fi.runs import Runs
 
 
-def provenance(record: EngineRecord, walkthrough_id: str | None = None) -> str:
-    """One line naming where a GPU record came from: run, GPU, versions, commit, time."""
-    p = record.provenance
-    what = f"walkthrough {walkthrough_id}" if walkthrough_id else repr(label(record.run))
-    return (f"recorded by {what} on {p.gpu} (SM {p.compute_capability}), vllm {p.versions['vllm']}, "
-            f"flashinfer {p.versions['flashinfer']}, torch {p.versions['torch']}, commit {p.git_commit}, {p.finished_at}")
+def compact(record: EngineRecord) -> EngineRecord:
+    """The record without its token lists, near-ties, log lines and where it ran (the section says where), and of its
+    builder timings only the mixed workload's (what the mixed table and checks read)."""
+    generates = {w: replace(g, tokens=(), near_ties=None, builds=g.builds if w is Workload.MIXED else ())
+                 for w, g in record.generates.items()}
+    return replace(record, generates=generates, flash_attn_log_lines=(), rounds=(), build_profiles=(), provenance=None)
 
 
-def recorded_walkthrough(runs: Runs | None = None) -> tuple[Walkthrough, dict[RunId, EngineRecord], str]:
-    """The last complete GPU walkthrough committed under runs/: its manifest, its records, and where it came from."""
-    latest = latest_walkthrough(runs)
-    if latest is None:
-        raise NoRecord("no GPU walkthrough is recorded under runs/: run `dflash-fi walkthrough` on a GPU")
-    manifest, records = latest
-    return manifest, records, provenance(next(iter(records.values())), manifest.id)
+def sameness_rows(records: dict[RunId, EngineRecord]) -> list[dict]:
+    """Per run, workload and baseline: how many requests parted, the largest gap at a parting, how many at a confident
+    token (no recorded gap)."""
+    rows = []
+    for run, bases in P.baselines().items():
+        for baseline in bases:
+            ours, theirs = records.get(run), records.get(baseline)
+            for workload in Workload:
+                if not (ours and theirs and ours.ok and theirs.ok and ours.generate(workload)
+                        and theirs.generate(workload)):
+                    continue
+                parted = partings(ours, theirs, workload)
+                gaps = [p["gap"] for p in parted if p["gap"] is not None]
+                rows.append({"run": run.to_json(), "baseline": baseline.to_json(), "workload": workload.value,
+                             "requests": ours.generate(workload).num_requests, "parted": len(parted),
+                             "largest_gap": max(gaps) if gaps else None, "confident": len(parted) - len(gaps),
+                             "logprobs": theirs.generate(workload).near_ties is not None})
+    return rows
 
 
 def backends(record: EngineRecord, role: str = "draft") -> str:
@@ -40,24 +52,22 @@ def graphs(record: EngineRecord) -> str:
     return (record.cudagraph_mode or "-") if record.run.cuda_graphs else "eager"
 
 
-def sameness(record: EngineRecord, baseline: EngineRecord | None, workload: Workload = Workload.UNIFORM) -> str:
+def sameness(run: RunId, baseline: RunId, rows: list[dict], workload: Workload = Workload.UNIFORM) -> str:
     """"32/32 identical to 'no speculation'", or with how many parted and the largest gap where they did."""
-    if baseline is None or not (record.ok and baseline.ok):
+    row = next((r for r in rows if RunId.from_json(r["run"]) == run and RunId.from_json(r["baseline"]) == baseline
+                and r["workload"] == workload.value), None)
+    if row is None:
         return "-"
-    run, base = record.generate(workload), baseline.generate(workload)
-    parted = partings(record, baseline, workload)
-    same = f"{len(run.tokens) - len(parted)}/{len(run.tokens)} identical to '{label(baseline.run)}'"
-    if not parted:
+    same = f"{row['requests'] - row['parted']}/{row['requests']} identical to '{label(baseline)}'"
+    if not row["parted"]:
         return same
-    if base.near_ties is None:
+    if not row["logprobs"]:
         return same + " (no logprobs recorded)"
-    gaps = [p["gap"] for p in parted if p["gap"] is not None]
-    confident = len(parted) - len(gaps)
-    return same + (f"; parted at gaps up to {max(gaps):.3f}" if gaps else "") + (
-        f"; {confident} at a confident token" if confident else "")
+    return same + (f"; parted at gaps up to {row['largest_gap']:.3f}" if row["largest_gap"] is not None else "") + (
+        f"; {row['confident']} at a confident token" if row["confident"] else "")
 
 
-def render_table(records: dict[RunId, EngineRecord]) -> str:
+def render_table(records: dict[RunId, EngineRecord], rows: list[dict]) -> str:
     """One markdown row per run: outcome, backends, graph mode, tau, acceptance, output against its baseline.
     No tokens/s: the walkthrough's engines share the GPU (the benchmarks time engines alone)."""
     lines = ["| run | outcome | target backend | draft backend | CUDA graphs | tau | acceptance, positions 1-5 | "
@@ -68,22 +78,22 @@ def render_table(records: dict[RunId, EngineRecord]) -> str:
         uniform = r.generate()
         pos = uniform.acceptance.per_position if uniform and uniform.acceptance else ()
         pos = " ".join(f"{p:.2f}" for p in pos[:5]) or "-"
-        baseline = records.get((bases.get(run) or (None,))[0])
+        baseline = (bases.get(run) or (None,))[0]
         lines.append(f"| {label(run)} | {outcome(r)} | {backends(r, 'target')} | "
                      f"{backends(r) if run.speculative else '-'} | {graphs(r)} | {tau} | {pos} | "
-                     f"{sameness(r, baseline)} |")
+                     f"{sameness(run, baseline, rows) if baseline else '-'} |")
     return "\n".join(lines)
 
 
 def above_largest_graph(record: EngineRecord, workload: Workload = Workload.MIXED) -> int | None:
-    """Target-step builds of more tokens than the largest captured graph (None: recorded before builder roles)."""
+    """Target-step builds of more tokens than the largest captured graph."""
     run = record.generate(workload)
-    if run is None or run.legacy_builds is not None:
+    if run is None:
         return None
     return sum(b.above_largest_graph for b in run.builds if b.key.role is Role.TARGET)
 
 
-def render_mixed_table(records: dict[RunId, EngineRecord]) -> str:
+def render_mixed_table(records: dict[RunId, EngineRecord], rows: list[dict]) -> str:
     """The mixed-batch rows: each against its baselines' mixed workload, tau beside the FLASH_ATTN draft's."""
     fa = records.get(P.FLASH_ATTN_GRAPHS)
     fa_tau = fa.generate(Workload.MIXED).tau if fa and fa.generate(Workload.MIXED) else None
@@ -96,10 +106,8 @@ def render_mixed_table(records: dict[RunId, EngineRecord]) -> str:
         if not mixed:
             lines.append(f"| {label(run)} | not run | - | - | - |")
             continue
-        larger = above_largest_graph(r)
-        against = "; ".join(sameness(r, records.get(b), Workload.MIXED) for b in bases[run])
+        against = "; ".join(sameness(run, b, rows, Workload.MIXED) for b in bases[run])
         tau = f"{mixed.tau:.3f} ({fa_tau:.3f})" if mixed.tau and fa_tau else "-"
-        lines.append(f"| {label(run)} | {mixed.num_requests} | {tau} | "
-                     f"{'-' if larger is None else larger} (graphs up to {r.max_cudagraph_capture_size} tokens) | "
-                     f"{against} |")
+        lines.append(f"| {label(run)} | {mixed.num_requests} | {tau} | {above_largest_graph(r)} (graphs up to "
+                     f"{r.max_cudagraph_capture_size} tokens) | {against} |")
     return "\n".join(lines)

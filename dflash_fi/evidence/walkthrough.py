@@ -3,56 +3,65 @@
 On any machine: the stack, the reference decoder's prediction, vLLM's selector for the draft, what each
 step's metadata builder does with a DFlash batch, and what each step claims about CUDA graphs (all on
 vLLM's real classes). With a CUDA GPU: the engine runs of `plan.walkthrough_plan`, each in its own process,
-spread over the GPUs there are, every record appended to runs/<gpu>.jsonl, then the table and the checks.
-Without one: the list of checks that were not run, and the last walkthrough recorded under runs/.
+spread over the GPUs there are, every record appended to the raw ledger under artifacts/evidence/, then the
+table and the checks, judged once, with the near-tie margin this walkthrough's own calibration pairs give; the
+records (tokens by hash), the checks and the margin become the walkthrough section of the evidence summary.
+Without one: the list of checks that were not run, and the walkthrough of the committed summary.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import time
-import uuid
 
+import dflash_fi.summary as S
 from dflash_fi.errors import NoRecord
 from dflash_fi.evidence.checks import Verdict, check_records, checks
-from dflash_fi.evidence.ledger import Walkthrough
-from dflash_fi.evidence.near_ties import committed_margin, measure_margin
+from dflash_fi.evidence.near_ties import measure_margin
 from dflash_fi.evidence.plan import expected_to_fail, walkthrough_plan
-from dflash_fi.evidence.report import recorded_walkthrough, render_mixed_table, render_table
+from dflash_fi.evidence.report import compact, render_mixed_table, render_table, sameness_rows
 from dflash_fi.models import DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS
-from dflash_fi.runs import Kind, Runs, Tee
 
 
-def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, runs: Runs | None = None,
-                        print_fn=print) -> tuple[Walkthrough, dict, list]:
-    """The engines of the plan on every GPU there is, each record appended to the GPU's ledger after the walkthrough's
-    manifest; the checks over them."""
+def run_gpu_walkthrough(num_prompts: int, max_new_tokens: int, reference: dict, print_fn=print, only=None
+                        ) -> tuple[dict, dict, list]:
+    """The engines of the plan (or those of its runs in `only`) on every GPU there is, each record appended to the raw
+    ledger as it comes; then the margin from its calibration pairs, and the checks over them (NOT RUN where a record
+    is missing): (records by run, margin, checks)."""
     from dflash_fi.engine.pool import run_engines, share_gpus, visible_gpus
-    from dflash_fi.stack import git_commit, require_gpu
+    from dflash_fi.stack import require_gpu
 
-    runs = runs or Runs()
     gpu = require_gpu("the GPU part of the walkthrough")
-    specs, slots = share_gpus(walkthrough_plan(num_prompts, max_new_tokens))  # correctness runs share GPUs
-    margin = committed_margin(runs)
-    manifest = Walkthrough(id=time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6],
-                           planned=tuple(s.run for s in specs), planned_count=len(specs), reference=reference,
-                           margin={"margin": margin["margin"], "file": margin["file"]} if margin else None,
-                           commit=git_commit(), started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    runs.append(gpu.name, manifest.to_json())
-    print_fn(f"  {len(specs)} engine runs on {len(visible_gpus())} GPU(s) ({gpu.name}), {len(slots)} at a time, "
-             f"walkthrough {manifest.id}")
+    plan = [s for s in walkthrough_plan(num_prompts, max_new_tokens) if only is None or s.run in only]
+    specs, slots = share_gpus(plan)  # correctness runs share GPUs
+    ledger = S.raw_dir() / f"{S.gpu_slug(gpu.name)}.walkthrough-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
+    print_fn(f"  {len(specs)} engine runs on {len(visible_gpus())} GPU(s) ({gpu.name}), {len(slots)} at a time; "
+             f"raw records: {ledger}")
 
     def recorded(record):
-        from dataclasses import replace
-
-        record = replace(record, walkthrough=manifest.id)
-        runs.append(gpu.name, record.to_json())
+        with open(ledger, "a") as f:
+            f.write(json.dumps(record.to_json(), sort_keys=True) + "\n")
         return record
 
-    records = {r.run: r for r in run_engines(specs, slots, f"dflash-fi walkthrough (id {manifest.id})",
-                                             on_record=recorded, expected_to_fail=expected_to_fail, print_fn=print_fn)}
-    return manifest, records, check_records(records, reference, margin)
+    records = {r.run: r for r in run_engines(specs, slots, "dflash-fi walkthrough", on_record=recorded,
+                                             expected_to_fail=expected_to_fail, print_fn=print_fn)}
+    margin = measure_margin(records)
+    margin = {k: margin[k] for k in ("rule", "partings", "partings_at_confident_tokens", "largest_gap", "margin")}
+    return records, margin, check_records(records, reference, margin if margin["margin"] is not None else None)
+
+
+def write_section(records: dict, reference: dict, margin: dict, results: list, seconds: float) -> str:
+    """The walkthrough's section of the evidence summary: records with tokens by hash, how each run's output compares
+    with its baselines', the margin and the checks as judged now."""
+    from dflash_fi.stack import run_context
+
+    data = {"reference": {k: v for k, v in reference.items() if k != "per_prompt"}, "margin": margin,
+            "records": [compact(r).to_json() for r in records.values()], "sameness": sameness_rows(records),
+            "models": next((r.provenance.models for r in records.values() if r.provenance), {}),
+            "checks": [c.to_json() for c in results]}
+    return str(S.write(S.Section.WALKTHROUGH, data, S.provenance(run_context(), seconds)))
 
 
 def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) -> dict:
@@ -102,19 +111,19 @@ def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) ->
     return reference
 
 
-def main(num_prompts: int = DEFAULT_NUM_PROMPTS, max_new_tokens: int = DEFAULT_NEW_TOKENS,
-         runs: Runs | None = None) -> int:
-    """The walkthrough; on a GPU its whole output is also written to runs/<gpu>.walkthrough-<id>.txt."""
-    tee = Tee(sys.stdout)
+def main(num_prompts: int = DEFAULT_NUM_PROMPTS, max_new_tokens: int = DEFAULT_NEW_TOKENS) -> int:
+    """The walkthrough; on a GPU its whole output is also kept under artifacts/evidence/ (not committed)."""
+    tee, started = S.Tee(sys.stdout), time.time()
     with contextlib.redirect_stdout(tee):
-        code, gpu, walkthrough_id = _main(num_prompts, max_new_tokens, runs or Runs())
-    if walkthrough_id is not None:
-        path = (runs or Runs()).write_new(Kind.WALKTHROUGH, gpu.name, walkthrough_id, tee.kept.getvalue())
+        code, gpu = _main(num_prompts, max_new_tokens, started)
+    if gpu is not None:
+        path = S.raw_dir() / f"{S.gpu_slug(gpu.name)}.walkthrough-{time.strftime('%Y%m%dT%H%M%S')}.txt"
+        path.write_text(tee.kept.getvalue())
         print(f"this output: {path}")
     return code
 
 
-def _main(num_prompts: int, max_new_tokens: int, runs: Runs):
+def _main(num_prompts: int, max_new_tokens: int, started: float):
     from dflash_fi.models import CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, require_count, require_prompts
     from dflash_fi.stack import cuda_gpu, doctor, require_pinned_stack
 
@@ -135,26 +144,25 @@ def _main(num_prompts: int, max_new_tokens: int, runs: Runs):
         for check in checks():
             print(f"     NOT RUN  {check.name}")
         try:
-            _, records, source = recorded_walkthrough(runs)
+            records, _, _, _, made = S.read().walkthrough()
         except NoRecord:  # nothing recorded yet: nothing to show
-            return 0, gpu, None
-        print(f"\n   The last walkthrough recorded in runs/, not re-run here:\n   {source}\n")
-        print(render_table(records))
-        print("\n" + render_mixed_table(records))
-        return 0, gpu, None
-    manifest, records, results = run_gpu_walkthrough(num_prompts, max_new_tokens, reference, runs)
+            return 0, None
+        print(f"\n   The walkthrough of the committed evidence summary, not re-run here: {S.describe(made)}\n")
+        print(render_table(records, S.read().entry(S.Section.WALKTHROUGH).data["sameness"]))
+        print("\n" + render_mixed_table(records, S.read().entry(S.Section.WALKTHROUGH).data["sameness"]))
+        return 0, None
+    records, margin, results = run_gpu_walkthrough(num_prompts, max_new_tokens, reference)
+    same = sameness_rows(records)
     print()
-    print(render_table(records))
+    print(render_table(records, same))
     print("\nThe mixed-batch rows (the same engines' second workload):\n")
-    print(render_mixed_table(records))
-    own = measure_margin(records)
-    print(f"\nNear-tie margin: {manifest.margin['margin']:.3f} nats from {manifest.margin['file']}" if manifest.margin
-          else "\nNear-tie margin: none committed (`dflash-fi near-ties --record`): every parting fails")
-    print(f"This walkthrough's own correct pairs parted {own['partings']} times, at gaps up to "
-          f"{own['largest_gap'] if own['largest_gap'] is not None else '-'} "
-          f"({own['partings_at_confident_tokens']} at a confident token)\n")
+    print(render_mixed_table(records, same))
+    print(f"\nNear-tie margin: {margin['margin']} nats, {margin['rule']}: this walkthrough's calibration pairs parted "
+          f"{margin['partings']} times, at gaps up to {margin['largest_gap']} ({margin['partings_at_confident_tokens']} "
+          "at a confident token)\n")
     for check in results:
         print(check.line())
     failed = [c for c in results if c.verdict is not Verdict.PASS]
     print(f"\n{len(results) - len(failed)} passed, {len(failed)} failed or not run")
-    return (1 if failed else 0), gpu, manifest.id
+    print(f"evidence summary: {write_section(records, reference, margin, results, time.time() - started)}")
+    return (1 if failed else 0), gpu

@@ -29,7 +29,8 @@ class TrainConfig:
     drafter_batch: int = 32
     anchors_per_seq: int = 32
     drafter_lr: float = 3e-3
-    # Chosen among six recipes (runs/nvidia-h200.drafter-search.json): the widest causal/non-causal gap
+    # Chosen among six recipes in a search on an H200 (`git show 329491e:runs/nvidia-h200.drafter-search.json`):
+    # the widest causal/non-causal gap
     drafter_intermediate_size: int = 512
     target_layer_ids: tuple[int, ...] = (0, 2)  # vLLM's ids: output of target layer i
     eval_prompts: int = 32

@@ -11,14 +11,14 @@ from dflash_fi.engine.records import (Acceptance, Backend, BuildKey, BuildTiming
                                       GenerateResult, Phase, Provenance)
 from dflash_fi.engine.spec import RunSpec
 from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.checks import KERNEL_TOLERANCE, Verdict, check_records, checks
-from dflash_fi.evidence.near_ties import committed_margin, measure_margin, near_tie_verdict, partings
+from dflash_fi.evidence.check_types import Check, CheckId, CheckKind as K
+from dflash_fi.evidence.checks import KERNEL_TOLERANCE, REFERENCE_TOLERANCE, Verdict, check_records, checks
+from dflash_fi.evidence.near_ties import measure_margin, near_tie_verdict, partings
 from dflash_fi.evidence.plan import walkthrough_plan
-from dflash_fi.evidence.report import render_mixed_table, render_table
-from dflash_fi.runs import Runs
+from dflash_fi.evidence.report import compact, render_mixed_table, render_table, sameness_rows
 
 REFERENCE = {"tau_noncausal": 4.0, "tau_causal": 3.0}
-MARGIN = {"margin": 0.2, "file": "gpu.near-tie-margin-test.json"}
+MARGIN = {"margin": 0.2}
 S, G, GF = P.step_run, P.graphs_run, P.graphs_fi_target_run
 FINAL = P.final_step()
 TOKENS = ((1, 2, 3), (4, 5, 6))
@@ -81,8 +81,11 @@ def test_all_checks_pass_on_the_expected_story():
     assert len(results) == len(checks())
 
 
-def by_start(text):
-    return next(c.name for c in checks() if c.name.startswith(text))
+def by_id(kind, *runs):
+    """The one check of this kind about these runs (its first runs, in its own order)."""
+    found = [c.id for c in checks() if c.kind is kind and c.needs[:len(runs)] == runs]
+    assert len(found) == 1, (kind, runs, found)
+    return found[0]
 
 
 PARTED_AT_A_TIE = ((1, 9, 9), (4, 5, 6))  # request 0 parts at position 1, where the baseline was nearly tied
@@ -90,56 +93,56 @@ PARTED_CONFIDENTLY = ((1, 2, 3), (4, 5, 9))  # request 1 parts at position 2: a 
 
 
 @pytest.mark.parametrize("run, change, failing", [
-    (S(0), ok(S(0), 4.0), "step 0: FLASHINFER draft rejected"),
+    (S(0), ok(S(0), 4.0), by_id(K.REFUSED_AT_SELECTION, S(0))),
     (S(0), failed(S(0), "ValueError", Phase.ENGINE_START, "non-causal attention not supported"),
-     "step 0: FLASHINFER draft rejected"),  # vLLM's words, but not where the selector refuses
-    (S(1), ok(S(1), 4.0), "step 1: selection passes"),
-    (S(2), ok(S(2), 3.9), "step 2: runs, tau clearly below"),
-    (S(3), ok(S(3), 3.1), "step 3: tau equals the FLASH_ATTN"),
-    (S(3), ok(S(3), 4.0, tokens=PARTED_CONFIDENTLY), f"{label(S(3))}: output identical to 'no speculation'"),
-    (S(4), ok(S(4), 3.9), "step 4: same output as step 3"),
-    (S(4), ok(S(4), 4.0, tokens=PARTED_CONFIDENTLY), "step 4: same output as step 3"),
-    (P.FP8, ok(P.FP8, 3.3), "step 4, fp8 KV: runs"),
-    (P.FP8, ok(P.FP8, 3.9, tokens=PARTED_CONFIDENTLY), f"{label(P.FP8)}: output identical to 'no speculation, fp8 KV'"),
-    (S(5), ok(S(5), 3.5), "step 5: without graphs"),
-    (S(6), ok(S(6), 4.0, tokens=((9, 9, 9), (4, 5, 6))), "step 6: without graphs"),
-    (S(FINAL), ok(S(FINAL), 3.9), f"step {FINAL}: without graphs"),
-    (P.RTX4090_STOCK, ok(P.RTX4090_STOCK, 3.9), "RTX 4090 case, stock"),
-    (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9), "RTX 4090 case, step 4"),  # its target is not on FlashInfer
-    (P.final_rtx4090(), ok(P.final_rtx4090(), 3.3, target=(FLASHINFER,)), f"RTX 4090 case, step {FINAL}"),
+     by_id(K.REFUSED_AT_SELECTION, S(0))),  # the type vLLM raises, but not where the selector refuses
+    (S(1), ok(S(1), 4.0), by_id(K.DFLASH_CHECK_FAILS, S(1))),
+    (S(2), ok(S(2), 3.9), by_id(K.TAU_BELOW_FLASH_ATTN, S(2))),
+    (S(3), ok(S(3), 3.1), by_id(K.SAME_TAU, S(3))),
+    (S(3), ok(S(3), 4.0, tokens=PARTED_CONFIDENTLY), by_id(K.SAME_OUTPUT, S(3), P.NO_SPEC)),
+    (S(4), ok(S(4), 3.9), by_id(K.SAME_OUTPUT_AND_TAU, S(4))),
+    (S(4), ok(S(4), 4.0, tokens=PARTED_CONFIDENTLY), by_id(K.SAME_OUTPUT_AND_TAU, S(4))),
+    (P.FP8, ok(P.FP8, 3.3), by_id(K.STILL_NON_CAUSAL, P.FP8)),
+    (P.FP8, ok(P.FP8, 3.9, tokens=PARTED_CONFIDENTLY), by_id(K.SAME_OUTPUT, P.FP8)),
+    (S(5), ok(S(5), 3.5), by_id(K.SAME_OUTPUT_AND_TAU, S(5))),
+    (S(6), ok(S(6), 4.0, tokens=((9, 9, 9), (4, 5, 6))), by_id(K.SAME_OUTPUT_AND_TAU, S(6))),
+    (S(FINAL), ok(S(FINAL), 3.9), by_id(K.SAME_OUTPUT_AND_TAU, S(FINAL))),
+    (P.RTX4090_STOCK, ok(P.RTX4090_STOCK, 3.9), by_id(K.REFUSED_AT_SELECTION, P.RTX4090_STOCK)),
+    (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9), by_id(K.ON_FLASHINFER_STILL_NON_CAUSAL, P.RTX4090_STEP4)),  # its target is not on FlashInfer
+    (P.final_rtx4090(), ok(P.final_rtx4090(), 3.3, target=(FLASHINFER,)), by_id(K.ON_FLASHINFER_STILL_NON_CAUSAL, P.final_rtx4090())),
     (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9, tokens=PARTED_CONFIDENTLY, target=(FLASHINFER,)),
-     f"{label(P.RTX4090_STEP4)}: output"),
-    (P.STEP4_GRAPHS, ok(P.STEP4_GRAPHS, 4.0, graphs="FULL_AND_PIECEWISE"), "CUDA graphs: the FLASH_ATTN draft keeps"),
-    (G(6), ok(G(6), 4.0, graphs="PIECEWISE"), "step 6, CUDA graphs: the engine keeps"),
-    (GF(FINAL), ok(GF(FINAL), 3.9, graphs="PIECEWISE"), f"step {FINAL}, CUDA graphs: the engine keeps"),
-    (G(6), ok(G(6), 3.8, graphs="FULL_AND_PIECEWISE"), "step 6, CUDA graphs: tau within 1%"),
+     by_id(K.SAME_OUTPUT, P.RTX4090_STEP4)),
+    (P.STEP4_GRAPHS, ok(P.STEP4_GRAPHS, 4.0, graphs="FULL_AND_PIECEWISE"), by_id(K.GRAPH_MODES, P.FLASH_ATTN_GRAPHS)),
+    (G(6), ok(G(6), 4.0, graphs="PIECEWISE"), by_id(K.GRAPH_MODES, G(6))),
+    (GF(FINAL), ok(GF(FINAL), 3.9, graphs="PIECEWISE"), by_id(K.GRAPH_MODES, G(FINAL))),
+    (G(6), ok(G(6), 3.8, graphs="FULL_AND_PIECEWISE"), by_id(K.SAME_TAU, G(6))),
     (G(FINAL), ok(G(FINAL), 4.0, tokens=PARTED_CONFIDENTLY, graphs="FULL_AND_PIECEWISE"),
-     f"{label(G(FINAL))}: output identical"),
+     by_id(K.SAME_OUTPUT, G(FINAL), P.NO_SPEC_GRAPHS)),
     (GF(6), ok(GF(6), 3.9, tokens=PARTED_CONFIDENTLY, graphs="FULL_AND_PIECEWISE"),
-     f"{label(GF(6))}: output identical to {label(P.STEP4_GRAPHS_FI_TARGET)!r}"),
-    (GF(6), failed(GF(6), "RuntimeError", Phase.GENERATION, "illegal memory access"), f"{label(GF(6))}: output identical"),
+     by_id(K.SAME_OUTPUT, GF(6), P.STEP4_GRAPHS_FI_TARGET)),
+    (GF(6), failed(GF(6), "RuntimeError", Phase.GENERATION, "illegal memory access"), by_id(K.SAME_OUTPUT, GF(6), P.NO_SPEC_GRAPHS_FI_TARGET)),
     (G(FINAL), ok(G(FINAL), 4.0, graphs="FULL_AND_PIECEWISE", mixed=output(PARTED_CONFIDENTLY, 4.0)),
-     f"{label(G(FINAL))}, mixed batches: output identical"),
+     by_id(K.MIXED_SAME_OUTPUT, G(FINAL))),
     (G(6), ok(G(6), 4.0, graphs="FULL_AND_PIECEWISE", mixed=output(tau=4.0, larger=0)),
-     f"{label(G(6))}, mixed batches: tau within"),  # the batch never outgrew the captured graphs
+     by_id(K.MIXED_SAME_TAU, G(6))),  # the batch never outgrew the captured graphs
     (GF(FINAL), ok(GF(FINAL), 3.9, graphs="FULL_AND_PIECEWISE", mixed=output(tau=3.5)),
-     f"{label(GF(FINAL))}, mixed batches: tau"),
+     by_id(K.MIXED_SAME_TAU, GF(FINAL))),
 ])
 def test_a_broken_step_fails_its_check(run, change, failing):
     records = good_records()
     records[run] = change
-    names = [c.name for c in check_records(records, REFERENCE, MARGIN) if c.verdict is Verdict.FAIL]
-    assert by_start(failing) in names
+    failed = [c.id for c in check_records(records, REFERENCE, MARGIN) if c.verdict is Verdict.FAIL]
+    assert failing in failed
 
 
 def test_outputs_that_part_at_near_ties_pass_and_say_so():
     records = good_records()
     records[S(3)] = ok(S(3), 4.0, tokens=PARTED_AT_A_TIE)
-    name = f"{label(S(3))}: output"
-    check = next(c for c in check_records(records, REFERENCE, MARGIN) if c.name.startswith(name))
+    wanted = by_id(K.SAME_OUTPUT, S(3), P.NO_SPEC)
+    check = next(c for c in check_records(records, REFERENCE, MARGIN) if c.id == wanted)
     assert check.passed and "1 of 2 requests parted" in check.detail and "largest gap at a parting 0.050" in check.detail
-    no_margin = next(c for c in check_records(records, REFERENCE, None) if c.name.startswith(name))
-    assert no_margin.verdict is Verdict.FAIL and "no near-tie margin is committed" in no_margin.detail
+    no_margin = next(c for c in check_records(records, REFERENCE, None) if c.id == wanted)
+    assert no_margin.verdict is Verdict.FAIL
 
 
 def test_partings_find_the_first_differing_position_and_the_baselines_gap():
@@ -151,70 +154,49 @@ def test_partings_find_the_first_differing_position_and_the_baselines_gap():
     assert passed is False and "recorded no logprobs" in detail
 
 
-def test_the_margin_is_measured_from_correct_pairs(tmp_path):
+def test_the_margin_is_measured_from_correct_pairs():
     records = good_records()
     records[P.NO_SPEC_GRAPHS] = ok(P.NO_SPEC_GRAPHS, None, tokens=PARTED_AT_A_TIE, graphs="FULL_AND_PIECEWISE")
     measured = measure_margin(records)
     assert measured["partings"] >= 1 and measured["largest_gap"] == 0.05 and measured["margin"] == pytest.approx(0.1)
     assert measured["partings_at_confident_tokens"] == 0
-    runs = Runs(tmp_path)
-    assert committed_margin(runs) is None
-    runs.write_new(runs_kind(), "GPU", "abc", {**measured, "finished_at": "2026-12-01T00:00Z"})
-    runs.write_new(runs_kind(), "GPU", "old", {**measured, "margin": 9.0, "finished_at": "2026-11-01T00:00Z"})
-    assert committed_margin(runs)["margin"] == pytest.approx(0.1) and committed_margin(runs)["file"] == "gpu.near-tie-margin-abc.json"
-
-
-def runs_kind():
-    from dflash_fi.runs import Kind
-
-    return Kind.NEAR_TIE_MARGIN
 
 
 def test_a_missing_record_is_not_run_rather_than_passed():
     records = good_records()
     del records[G(6)]
-    results = {c.name: c for c in check_records(records, REFERENCE, MARGIN)}
-    assert results[by_start("step 6, CUDA graphs: the engine keeps")].verdict is Verdict.NOT_RUN
-    assert results[by_start("step 6, CUDA graphs: the engine keeps")].line().startswith("NOT RUN")
-
-
-def test_a_record_without_what_a_check_reads_is_not_run():
-    """Records from before typed builder keys and backend names: the checks that read those are not run, not failed."""
-    records = good_records()
-    records[G(6)] = replace(records[G(6)], generates={**records[G(6)].generates, "mixed": replace(
-        records[G(6)].generate("mixed"), builds=(), legacy_builds={"target step, FLASH_ATTN (4 layers)": 1.0})})
-    records[P.RTX4090_STEP4] = replace(records[P.RTX4090_STEP4], target_backends=(Backend(FLASHINFER.qualname),))
-    results = {c.name: c for c in check_records(records, REFERENCE, MARGIN)}
-    assert results[by_start(f"{label(G(6))}, mixed batches: tau")].verdict is Verdict.NOT_RUN
-    assert results[by_start("RTX 4090 case, step 4")].verdict is Verdict.NOT_RUN
+    results = {c.id: c for c in check_records(records, REFERENCE, MARGIN)}
+    assert results[by_id(K.GRAPH_MODES, G(6))].verdict is Verdict.NOT_RUN
+    assert results[by_id(K.GRAPH_MODES, G(6))].line().startswith("NOT RUN")
 
 
 def test_a_record_without_the_workload_a_check_reads_is_not_run_and_a_notebook_does_not_ask():
     """A notebook's live engines generate the uniform workload only: the mixed-batch checks on them are not run."""
     records = good_records()
     records[G(6)] = replace(records[G(6)], generates={"uniform": records[G(6)].generate("uniform")})
-    results = {c.name: c for c in check_records(records, REFERENCE, MARGIN)}
-    mixed = results[by_start(f"{label(G(6))}, mixed batches: tau")]
+    results = {c.id: c for c in check_records(records, REFERENCE, MARGIN)}
+    mixed = results[by_id(K.MIXED_SAME_TAU, G(6))]
     assert mixed.verdict is Verdict.NOT_RUN and "no mixed workload" in mixed.detail
-    assert results[by_start("step 6, CUDA graphs: the engine keeps")].verdict is Verdict.PASS
-    spec = next(c for c in checks() if c.name == mixed.name)
+    assert results[by_id(K.GRAPH_MODES, G(6))].verdict is Verdict.PASS
+    spec = next(c for c in checks() if c.id == mixed.id)
     assert spec.missing(records) and spec.missing(good_records()) is None
 
 
 def test_tau_is_compared_within_1pct_on_the_same_output_and_within_5pct_where_outputs_parted():
     """The FLASH_ATTN draft's graphs run can part from plain decoding at a near-tie where the FlashInfer draft does
     not: the two drafts are then scored on other text."""
-    name = by_start("step 6, CUDA graphs: tau within 1% of the FLASH_ATTN draft's")
+    wanted = by_id(K.SAME_TAU, G(6))
     parted = ((1, 2, 3), (4, 5, 7))
 
     def judged(tau, tokens=TOKENS):
         records = good_records()
         records[G(6)] = ok(G(6), tau, tokens=tokens, graphs="FULL_AND_PIECEWISE")
-        return {c.name: c for c in check_records(records, REFERENCE, MARGIN)}[name]
+        return {c.id: c for c in check_records(records, REFERENCE, MARGIN)}[wanted]
 
-    assert judged(4.1).verdict is Verdict.FAIL  # 2.5% on the same text
+    assert judged(4.1).verdict is Verdict.FAIL and judged(4.1).numbers["tolerance"] == KERNEL_TOLERANCE  # 2.5%
     ok_parted = judged(4.1, parted)
     assert ok_parted.verdict is Verdict.PASS and "outputs parted on 1 of 2 requests" in ok_parted.detail
+    assert ok_parted.numbers["tolerance"] == REFERENCE_TOLERANCE
     assert judged(4.3, parted).verdict is Verdict.FAIL  # 7.5%: more than other text explains
 
 
@@ -243,24 +225,31 @@ def test_every_check_names_runs_of_the_plan_and_baselines_differ_in_one_thing():
 def test_tables_have_a_row_per_run_and_no_speed():
     records = good_records()
     records[S(3)] = ok(S(3), 4.0, tokens=PARTED_AT_A_TIE)
-    table = render_table(records)
+    same = sameness_rows(records)
+    table = render_table({run: compact(r) for run, r in records.items()}, same)  # as the summary keeps them
     assert len(table.splitlines()) == 2 + len(walkthrough_plan()) and "tokens/s" not in table
     assert f"| {label(S(1))} | AssertionError at first draft step |" in table
     assert "1/2 identical to 'no speculation'; parted at gaps up to 0.050" in table
     assert "| FlashAttention | FlashInfer (step 4) |" in table  # backends by name, rendered here
-    mixed = render_mixed_table(records)
+    mixed = render_mixed_table(records, same)
     assert len(mixed.splitlines()) == 2 + len(P.mixed_rows()) and "| 3 (graphs up to 512 tokens) |" in mixed
 
 
-def test_engines_of_one_step_differ_within_the_kernel_tolerance():
-    """The recorded repeats behind the 1% same-kernel checks: tau moves between engines, the output does not."""
-    from dflash_fi.runs import Kind
+def test_every_check_has_its_own_id_and_a_judged_check_round_trips_as_data():
+    ids = [c.id for c in checks()]
+    assert len(set(ids)) == len(ids)
+    judged = check_records(good_records(), REFERENCE, MARGIN)
+    assert [Check.from_json(c.to_json()) for c in judged] == judged
+    assert CheckId.from_json(ids[0].to_json()) == ids[0]
 
-    files = Runs().files(Kind.ENGINE_VARIATION)
-    assert files, "no engine-variation record committed"
-    runs = files[0].read()["runs"]
-    step3 = {r["tau"] for r in runs if r["step"] == 3}
-    assert len(step3) >= 2, "the record no longer shows step 3 varying between engines"
-    assert len({r["tokens_sha256"] for r in runs}) == 1
-    taus = [r["tau"] for r in runs]
-    assert (max(taus) - min(taus)) / min(taus) <= KERNEL_TOLERANCE
+
+def test_the_names_shown_state_the_tolerances_the_judges_use():
+    """A name says 'within 1%' from KERNEL_TOLERANCE itself: change the constant and the names follow."""
+    import dflash_fi.evidence.checks as C
+
+    old = C.KERNEL_TOLERANCE
+    try:
+        C.KERNEL_TOLERANCE = 0.02
+        assert any("within 2%" in c.name for c in C.checks()) and not any("within 1%" in c.name for c in C.checks())
+    finally:
+        C.KERNEL_TOLERANCE = old
