@@ -115,12 +115,11 @@ def selector_matrix(args) -> int:
 
 
 def routing(args) -> int:
-    from dflash_fi.lab.routes import report_json
     from dflash_fi.lab.routing import format_routing, routing_report
 
     report = routing_report(args.step, trtllm=args.trtllm, capability=args.sm, kv_cache_dtype=args.kv_cache_dtype,
                             cuda_graphs=args.cuda_graphs)
-    print(json.dumps(report_json(report), indent=1) if args.json else format_routing(report))
+    print(json.dumps(report.to_json(), indent=1) if args.json else format_routing(report))
     return 0
 
 

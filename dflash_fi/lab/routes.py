@@ -126,6 +126,14 @@ class RoutingReport:
         """The warnings logged by lines the steps' hunks added (stock vLLM's flashinfer.py logs none)."""
         return tuple(w for w in self.warnings if w.hunk is not None)
 
+    def to_json(self) -> dict:
+        """JSON-ready data (`dflash-fi routing --json`): paths by enum name, exceptions by class and message, warnings
+        by the hunk that logs them."""
+        return {"step": self.step, "capability": sm(self.capability), "trtllm_available": self.trtllm_available,
+                "kv_cache_dtype": self.kv_cache_dtype, "cuda_graphs": self.cuda_graphs,
+                "routes": [{f.name: _plain(getattr(r, f.name)) for f in fields(r)} for r in self.routes],
+                "step_warnings": [{f.name: _plain(getattr(w, f.name)) for f in fields(w)} for w in self.step_warnings]}
+
 
 LABELS = {
     Decode.FLASHINFER: "FlashInfer decode wrapper", Decode.TRTLLM: "TRTLLM decode",
@@ -188,12 +196,3 @@ def _plain(value):
     if isinstance(value, Raised):
         return {"type": value.cls.__name__, "message": str(value.error)}
     return value.name if isinstance(value, Batch) else value.why if isinstance(value, Hunk) else value
-
-
-def report_json(report: RoutingReport) -> dict:
-    """A report as JSON-ready data (`dflash-fi routing --json`): paths by enum name, exceptions by class and message,
-    warnings by the hunk that logs them."""
-    return {"step": report.step, "capability": sm(report.capability), "trtllm_available": report.trtllm_available,
-            "kv_cache_dtype": report.kv_cache_dtype, "cuda_graphs": report.cuda_graphs,
-            "routes": [{f.name: _plain(getattr(r, f.name)) for f in fields(r)} for r in report.routes],
-            "step_warnings": [{f.name: _plain(getattr(w, f.name)) for f in fields(w)} for w in report.step_warnings]}
