@@ -4,7 +4,7 @@ vLLM calls `register()` in every process it starts (API server, engine core, wor
 travels with the environment variable rather than with any Python state:
 
     DFLASH_FI_STEP unset or 0   stock vLLM 0.22.1 (nothing is registered)
-    DFLASH_FI_STEP=1..7         AttentionBackendEnum.FLASHINFER -> dflash_fi.patched.stepN.FlashInferBackend
+    DFLASH_FI_STEP=1..9         AttentionBackendEnum.FLASHINFER -> dflash_fi.patched.stepN.FlashInferBackend
 
 The backend keeps its name "FLASHINFER", so `attention_backend="FLASHINFER"` (target) and
 `speculative_config={"attention_backend": "FLASHINFER"}` (DFlash draft) select it as usual.

@@ -165,6 +165,8 @@ class RoutingLab:
             prefill_path, plan_causal = None, None
         elif type(prefill).__name__ == "TRTLLMPrefill":
             prefill_path, plan_causal = "TRTLLM prefill", None
+        elif isinstance(prefill, getattr(self.module, "XQADraft", ())):  # step 9 on
+            prefill_path, plan_causal, prefill_kernel = "FlashInfer XQA (no plan)", None, "xqa"
         else:
             wrapper = prefill.wrapper
             if getattr(wrapper, "use_cuda_graph", False):
