@@ -63,8 +63,10 @@ class PrefillWrapperDouble:
         table = torch.zeros(len(pages), max(len(p) for p in pages), dtype=torch.int32)
         for r, p in enumerate(pages):
             table[r, : len(p)] = p
-        return paged_attention_reference(q, paged_kv_cache.float(), table, lengths, self._qo_indptr_buf,
-                                         causal=self._causal, sm_scale=self._sm_scale)
+        result = paged_attention_reference(q, paged_kv_cache.float(), table, lengths, self._qo_indptr_buf,
+                                           causal=self._causal, sm_scale=self._sm_scale)
+        out = kwargs.get("out")
+        return result if out is None else out.copy_(result)  # as FlashInfer's run(out=...) writes it
 
 
 class DecodeWrapperDouble:
@@ -145,8 +147,8 @@ class XQADouble:
         except RuntimeError:  # no CUDA architecture on this machine: the checks before it passed
             pass
         need(heads % kv_heads == 0, "query heads a multiple of KV heads")
-        need(q.shape == out.shape == (batch, 1, block, heads, head_size) and q.is_contiguous()
-             and out.is_contiguous(), "dense q and output [batch, 1, q_seq_len, heads, head_size]")
+        need(q.shape == (batch, 1, block, heads, head_size) and q.is_contiguous() and out.numel() == q.numel()
+             and out.is_contiguous(), "dense q [batch, 1, q_seq_len, heads, head_size] and an output as large")
         need(table.dtype == torch.int32 and table.dim() == 2 and table.shape[0] >= batch and table.is_contiguous(),
              "an int32 page table [batch, pages], rows of its width")
         need(lens.dtype in (torch.int32, torch.uint32) and lens.shape == (batch, 1) and lens.is_contiguous(),
@@ -161,7 +163,7 @@ class XQADouble:
         self.calls.append({"q_seq_len": block, "batch": batch, "problems": problems})
         if problems:
             raise ValueError("XQA would refuse or misread these arguments: " + "; ".join(problems))
-        bits = torch.arange(block)
+        bits, out = torch.arange(block), out.view(q.shape)  # the kernel writes the output densely
         for r, n in enumerate(lengths):
             pages = table[r, : -(-n // page_size)].long()
             keys = k[pages].reshape(-1, kv_heads, head_size)[:n].float().repeat_interleave(heads // kv_heads, 1)
