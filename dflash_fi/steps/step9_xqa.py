@@ -128,17 +128,6 @@ class FlashInferMetadata:
 ''',
     ),
     Hunk(
-        why="the builder knows once whether XQA serves its draft blocks",
-        old='''        if self.has_sinks and not can_use_trtllm:
-''',
-        new='''        # DFlash's draft blocks on XQA: no plan(), no page table (SM 9.0).
-        self._draft_on_xqa = self._xqa_supports_draft_blocks()
-        self._xqa_max_reqs = max_num_reqs
-        self._xqa_block_masks: dict[int, torch.Tensor] = {}  # per block length
-        if self.has_sinks and not can_use_trtllm:
-''',
-    ),
-    Hunk(
         why="which builders XQA serves, and a draft step's metadata on it",
         old='''    def use_cascade_attention(self, *args, **kwargs) -> bool:
 ''',
@@ -192,6 +181,17 @@ class FlashInferMetadata:
         )
 
     def use_cascade_attention(self, *args, **kwargs) -> bool:
+''',
+    ),
+    Hunk(
+        why="the builder knows once whether XQA serves its draft blocks",
+        old='''        if self.has_sinks and not can_use_trtllm:
+''',
+        new='''        # DFlash's draft blocks on XQA: no plan(), no page table (SM 9.0).
+        self._draft_on_xqa = self._xqa_supports_draft_blocks()
+        self._xqa_max_reqs = max_num_reqs
+        self._xqa_block_masks: dict[int, torch.Tensor] = {}  # per block length
+        if self.has_sinks and not can_use_trtllm:
 ''',
     ),
     Hunk(
