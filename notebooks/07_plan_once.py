@@ -25,8 +25,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
-from dflash_fi.notebook import check, show, show_hunks, skip, verdict
+from dflash_fi.notebook import check, setup, show, show_hunks, skip, verdict
 
 # The engines of "On the GPU" start now, in the background: each takes most of a minute.
 live_runs = [P.FLASH_ATTN_GRAPHS, *(P.graphs_run(step) for step in (7, 8)), P.graphs_fi_target_run(8)]
@@ -63,12 +62,12 @@ show_hunks(8, only=[1, 4], context=0, joined=True)
 
 # %% [markdown]
 # Comparing the whole `qo_indptr` instead (with numpy, on its host copy) cost the host as much as launching the page
-# table's kernel, in a profile of the builds. A batch of uneven
+# table's kernel, in a profile of the builds (`runs/nvidia-h200.build-profile-31f293d.json`). A batch of uneven
 # queries keeps no key and is planned every time, as at step 7; DFlash never drafts one. A draft step that matches the
 # key takes a short path through `build()`:
 
 # %%
-show_hunks(8, only=[3], context=0)
+show_hunks(8, only=[7], context=0)
 
 # %% [markdown]
 # From one draft step to the next the contexts grow and the key stays. DCP and NVFP4 are still refused first
@@ -80,7 +79,7 @@ show_hunks(8, only=[3], context=0)
 # With a trained drafter (the embedded pair of notebook 1), requests finish at different steps, and each one that
 # finishes leaves the draft batch: a plan keyed on the exact batch size would be made again at every departure. The
 # first version of step 8 did that, and its builds at batch 8 and 32 cost the host more per step than the Qwen3-4B
-# shape's at batch 32, whose requests all finish together.
+# shape's at batch 32, whose requests all finish together (`runs/nvidia-h200.bench-turns-afd2af4.json`).
 #
 # A plan's rows are positions in the batch, not requests, and vLLM keeps a batch's requests in its first rows (it
 # condenses the batch when one finishes): the rows that lose their requests are the last ones. When requests leave,
@@ -114,12 +113,12 @@ show_flashinfer_source(*FA2_QUERY_TILE_EXCERPT)
 # their configs); with more, a departure plans again. The metadata of a kept plan, and that test:
 
 # %%
-show_hunks(8, only=[8, 9], context=0, joined=True)
+show_hunks(8, only=[5], context=0)
 
 # %% [markdown]
 # The key's first entry, `rows_with_queries`, is what a departure lowers to `num_reqs`; `_noncausal_plan_rows` keeps
-# the plan's full row count, the page-table kernel's grid. `_one_query_tile` is the test above: 16 times the query
-# heads per KV head at most 64.
+# the plan's full row count, the page-table kernel's grid. `_one_query_tile` (hunk 4, with the key) is the test
+# above: 16 times the query heads per KV head at most 64.
 #
 # The builder plans again when the batch has more requests than rows with queries: an emptied row would need its
 # `qo_indptr` restored, which step 8 does not do, and rows past the plan have no thread blocks at all. (A departure
@@ -128,20 +127,20 @@ show_hunks(8, only=[8, 9], context=0, joined=True)
 # place of step 7's chain of GPU operations:
 
 # %%
-show_hunks(8, only=[2, 6], max_lines={2: 27, 6: 8}, context=0, joined=True)
+show_hunks(8, only=[2, 3], max_lines={2: 8, 3: 45}, context=0, joined=True)
 
 # %% [markdown]
 # One program per row sums the pages of the requests before it, writes its offsets and last-page length, and
 # copies its pages from the block table. The kernel is launched over the plan's rows (`_noncausal_plan_rows`), not
 # `num_reqs`: every step, an emptied row gets `paged_kv_indptr` at the total page count and a last-page length of 0.
-# A kept plan reads those buffers, rewritten in place by every build (hunk 5, below).
+# A kept plan reads those buffers, rewritten in place by every build (hunk 6, below).
 # A launch through Triton's dispatch first binds the arguments, specializes on them and looks the compiled kernel up,
-# in Python, which cost the host more than the launch itself in a profile taken before hunk 7
-# the kernel is declared not to specialize on what changes between
-# calls, so once compiled the builder launches it directly (hunk 7):
+# in Python, which cost the host more than the launch itself in a profile taken before the direct launch
+# (`runs/nvidia-h200.build-profile-c97f3e8.json`); the kernel is declared not to specialize on what changes between
+# calls, so once compiled the builder launches it directly (hunk 3, above). Where a plan's `run()` reads them:
 
 # %%
-show_hunks(8, only=[5, 7], max_lines={5: 12}, context=0, joined=True)
+show_hunks(8, only=[6], max_lines={6: 12}, context=0)
 
 # %% [markdown]
 # Step 7's copy into `_kv_lens_buffer` goes (FlashInfer's fa2 `run()` never reads it). One decode's draft steps through

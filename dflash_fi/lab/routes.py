@@ -28,6 +28,7 @@ class Prefill(Enum):
     NON_CAUSAL = auto()  # step 3's separate wrapper, planned causal=False
     CUDA_GRAPH = auto()  # step 6's wrapper of one captured batch size
     TRTLLM = auto()  # TRTLLM-gen prefill (TRTLLMPrefill), causal only
+    XQA = auto()  # step 9's DFlash draft block on FlashInfer's XQA kernel (XQADraft): no wrapper, no plan
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ LABELS = {
     Prefill.SHARED_CAUSAL: "FlashInfer prefill (shared causal wrapper)",
     Prefill.NON_CAUSAL: "FlashInfer prefill (separate non-causal wrapper)",
     Prefill.CUDA_GRAPH: "FlashInfer prefill (CUDA-graph wrapper, batch size {size})", Prefill.TRTLLM: "TRTLLM prefill",
+    Prefill.XQA: "FlashInfer XQA (no plan)",
 }
 
 

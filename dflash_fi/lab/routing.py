@@ -146,6 +146,8 @@ class RoutingLab:
             return found
         if isinstance(prefill, self.module.TRTLLMPrefill):
             return {**found, "prefill": Prefill.TRTLLM}
+        if isinstance(prefill, getattr(self.module, "XQADraft", ())):  # step 9 on: no wrapper, no plan
+            return {**found, "prefill": Prefill.XQA, "prefill_kernel": "xqa"}
         wrapper = prefill.wrapper
         if getattr(wrapper, "use_cuda_graph", False):
             path = Prefill.CUDA_GRAPH

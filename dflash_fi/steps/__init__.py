@@ -9,6 +9,7 @@
     step 6  + CUDA-graph prefill wrappers, causal only  (the engine keeps its full decode graphs)
     step 7  + no host overhead                          (plans from host bounds; no build nobody reads)
     step 8  + plan once                                 (a draft plan reused while its shape holds)
+    step 9  + the draft on XQA                          (SM 9.0: no plan(), no page table for DFlash blocks)
 
 A step module holds only its hunks: text replacements in vLLM's own `flashinfer.py`, read from the
 installed wheel. `backend_module(n)` is the module whose `FlashInferBackend` vLLM uses at step n;
@@ -38,6 +39,7 @@ STEP_MODULES = {
     6: "dflash_fi.steps.step6_cuda_graphs",
     7: "dflash_fi.steps.step7_host_overhead",
     8: "dflash_fi.steps.step8_plan_once",
+    9: "dflash_fi.steps.step9_xqa",
 }
 STEPS = tuple(STEP_MODULES)
 PR_43081_STEPS = (1, 2, 3, 4)

@@ -72,173 +72,13 @@ HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
 ''',
     ),
     Hunk(
-        why="the exact page table written on the GPU in one kernel launch",
-        old='''        seq_lens = seq_lens[:num_reqs]
-        paged_kv_indptr = self.paged_kv_indptr.gpu[: num_reqs + 1]
-        paged_kv_indptr[:1] = 0
-        torch.cumsum(
-            (seq_lens + page_size - 1) // page_size,
-            dim=0,
-            dtype=torch.int32,
-            out=paged_kv_indptr[1:],
-        )
-        torch.where(
-            seq_lens > 0,
-            (seq_lens - 1) % page_size + 1,
-            seq_lens,  # 0 where it is not > 0
-            out=self.paged_kv_last_page_len.gpu[:num_reqs],
-        )
-        paged_kv_indices = self.paged_kv_indices.gpu[
-            : self.paged_kv_indptr.np[num_reqs]
-        ]
-        _copy_page_indices_kernel[(num_reqs,)](
-            paged_kv_indices,
-            block_table_tensor,
-            block_table_tensor.stride(0),
-            paged_kv_indptr,
-            BLOCK_SIZE=1024,
-        )
-        return paged_kv_indices
-''',
-        new='''        self._fill_exact_paged_kv(seq_lens, block_table_tensor, num_reqs)
-        return self.paged_kv_indices.gpu[: self.paged_kv_indptr.np[num_reqs]]
-
-    def _fill_exact_paged_kv(
-        self,
-        seq_lens: torch.Tensor,
-        block_table_tensor: torch.Tensor,
-        num_reqs: int,
-        num_rows: int | None = None,
-    ) -> None:
-        """paged_kv_indptr, paged_kv_indices and paged_kv_last_page_len of the
-        exact seq_lens, written into the GPU buffers in one launch; rows from
-        num_reqs up to num_rows (requests that left a held plan) get no pages."""
-        _fill_paged_kv_kernel[(num_rows or num_reqs,)](
-            self.paged_kv_indptr.gpu,
-            self.paged_kv_indices.gpu,
-            self.paged_kv_last_page_len.gpu,
-            seq_lens,
-            block_table_tensor,
-            block_table_tensor.stride(0),
-            num_reqs,
-            PAGE_SIZE=self.page_size,
-            BLOCK_SIZE=1024,
-        )
-''',
-    ),
-    Hunk(
-        why="a draft step whose plan holds takes the short path",
-        old='''        if not causal:
-            self._check_non_causal_supported()
-        if causal:
-            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
-''',
-        new='''        if not causal:
-            self._check_non_causal_supported()
-            if self._noncausal_plan_holds(common_prefix_len, common_attn_metadata):
-                return self._build_on_noncausal_plan(common_attn_metadata)
-        if causal:
-            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
-''',
-    ),
-    Hunk(
-        why="whether a draft batch's plan holds",
-        old='''    def use_cascade_attention(self, *args, **kwargs) -> bool:
-''',
-        new='''    @staticmethod
-    def _uniform_blocks(
-        query_start_loc_cpu: torch.Tensor, num_reqs: int, max_query_len: int
-    ) -> bool:
-        """Every query is max_query_len long (DFlash's blocks): none is longer, so
-        the total says so, and qo_indptr is arange(num_reqs + 1) * max_query_len."""
-        return int(query_start_loc_cpu[num_reqs]) == num_reqs * max_query_len
-
-    def _noncausal_plan_holds(
-        self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata
-    ) -> bool:
-        """Whether this batch would be planned from host bounds exactly as the
-        non-causal wrapper's plan was: without split KV, FA2's plan does not
-        depend on the KV lengths, only on the key (with uniform blocks, the key
-        fixes qo_indptr). A batch that lost requests keeps the plan, their rows
-        empty, where an empty row is one query tile, which reads and writes
-        nothing; a later tile of it would take a KV range as if it had queries."""
-        num_reqs = common_attn_metadata.num_reqs
-        max_query_len = common_attn_metadata.max_query_len
-        key = self._noncausal_plan_key
-        return (
-            key is not None
-            and key[1] == max_query_len
-            and (
-                key[0] == num_reqs
-                or (key[0] > num_reqs and self._one_query_tile(max_query_len))
-            )
-            and common_prefix_len == 0
-            and common_attn_metadata._seq_lens_cpu is None
-            and common_attn_metadata.seq_lens_cpu_upper_bound is not None
-            and self._uniform_blocks(
-                common_attn_metadata.query_start_loc_cpu, num_reqs, max_query_len
-            )
-        )
-
-    def use_cascade_attention(self, *args, **kwargs) -> bool:
-''',
-    ),
-    Hunk(
-        why="run() reads the builder's page table on reuse too, and the plan's key is kept",
-        old='''                    if plan_from_bounds:
-                        # plan() copied the bounds to the GPU; run() reads the exact
-                        # page table (and lengths) instead.
-                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
-                            : num_reqs + 1
-                        ]
-                        prefill_wrapper._paged_kv_last_page_len_buf = (
-                            self.paged_kv_last_page_len.gpu[:num_reqs]
-                        )
-                        prefill_wrapper._kv_lens_buffer[:num_reqs].copy_(
-                            seq_lens[:num_reqs], non_blocking=True
-                        )
-''',
-        new='''                    if plan_from_bounds:
-                        # plan() copied the bounds to the GPU; run() reads the exact
-                        # page table instead, which every later build that reuses this
-                        # plan rewrites in the same buffers. (FA2's run() never reads
-                        # _kv_lens_buffer; only trtllm-gen's does.)
-                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
-                            : num_reqs + 1
-                        ]
-                        prefill_wrapper._paged_kv_indices_buf = (
-                            self.paged_kv_indices.gpu
-                        )
-                        prefill_wrapper._paged_kv_last_page_len_buf = (
-                            self.paged_kv_last_page_len.gpu[:num_reqs]
-                        )
-                    if not causal:
-                        max_query_len = common_attn_metadata.max_query_len
-                        self._noncausal_plan_key = (
-                            (num_reqs, max_query_len)
-                            if plan_from_bounds
-                            and self._uniform_blocks(qo_indptr_cpu, num_reqs, max_query_len)
-                            else None
-                        )
-                        self._noncausal_plan_rows = num_reqs
-''',
-    ),
-    Hunk(
         why="the Triton kernel of the exact page table",
-        old='''    offset = tl.arange(0, BLOCK_SIZE)
-    for i in tl.range(0, num_blocks, BLOCK_SIZE):
-        block_ids = tl.load(row_ptr + i + offset, mask=i + offset < num_blocks)
-        tl.store(
-            page_indices + start_idx + i + offset,
+        old='''            page_indices + start_idx + i + offset,
             block_ids,
             mask=i + offset < num_blocks,
         )
 ''',
-        new='''    offset = tl.arange(0, BLOCK_SIZE)
-    for i in tl.range(0, num_blocks, BLOCK_SIZE):
-        block_ids = tl.load(row_ptr + i + offset, mask=i + offset < num_blocks)
-        tl.store(
-            page_indices + start_idx + i + offset,
+        new='''            page_indices + start_idx + i + offset,
             block_ids,
             mask=i + offset < num_blocks,
         )
@@ -291,20 +131,48 @@ def _fill_paged_kv_kernel(
 ''',
     ),
     Hunk(
-        why="the page table's kernel, once compiled, launched without Triton's dispatch",
-        old='''        _fill_paged_kv_kernel[(num_rows or num_reqs,)](
-            self.paged_kv_indptr.gpu,
-            self.paged_kv_indices.gpu,
-            self.paged_kv_last_page_len.gpu,
-            seq_lens,
+        why="the exact page table written on the GPU in one kernel launch, without Triton's dispatch once compiled",
+        old='''        seq_lens = seq_lens[:num_reqs]
+        paged_kv_indptr = self.paged_kv_indptr.gpu[: num_reqs + 1]
+        paged_kv_indptr[:1] = 0
+        torch.cumsum(
+            (seq_lens + page_size - 1) // page_size,
+            dim=0,
+            dtype=torch.int32,
+            out=paged_kv_indptr[1:],
+        )
+        torch.where(
+            seq_lens > 0,
+            (seq_lens - 1) % page_size + 1,
+            seq_lens,  # 0 where it is not > 0
+            out=self.paged_kv_last_page_len.gpu[:num_reqs],
+        )
+        paged_kv_indices = self.paged_kv_indices.gpu[
+            : self.paged_kv_indptr.np[num_reqs]
+        ]
+        _copy_page_indices_kernel[(num_reqs,)](
+            paged_kv_indices,
             block_table_tensor,
             block_table_tensor.stride(0),
-            num_reqs,
-            PAGE_SIZE=self.page_size,
+            paged_kv_indptr,
             BLOCK_SIZE=1024,
         )
+        return paged_kv_indices
 ''',
-        new='''        args = (
+        new='''        self._fill_exact_paged_kv(seq_lens, block_table_tensor, num_reqs)
+        return self.paged_kv_indices.gpu[: self.paged_kv_indptr.np[num_reqs]]
+
+    def _fill_exact_paged_kv(
+        self,
+        seq_lens: torch.Tensor,
+        block_table_tensor: torch.Tensor,
+        num_reqs: int,
+        num_rows: int | None = None,
+    ) -> None:
+        """paged_kv_indptr, paged_kv_indices and paged_kv_last_page_len of the
+        exact seq_lens, written into the GPU buffers in one launch; rows from
+        num_reqs up to num_rows (requests that left a held plan) get no pages."""
+        args = (
             self.paged_kv_indptr.gpu,
             self.paged_kv_indices.gpu,
             self.paged_kv_last_page_len.gpu,
@@ -323,6 +191,54 @@ def _fill_paged_kv_kernel(
         self._fill_paged_kv_compiled = _fill_paged_kv_kernel[grid](
             *args, PAGE_SIZE=self.page_size, BLOCK_SIZE=1024
         )
+''',
+    ),
+    Hunk(
+        why="whether a draft batch's plan holds: uniform blocks, its key, and rows emptied within one FA2 query tile",
+        old='''    def use_cascade_attention(self, *args, **kwargs) -> bool:
+''',
+        new='''    @staticmethod
+    def _uniform_blocks(
+        query_start_loc_cpu: torch.Tensor, num_reqs: int, max_query_len: int
+    ) -> bool:
+        """Every query is max_query_len long (DFlash's blocks): none is longer, so
+        the total says so, and qo_indptr is arange(num_reqs + 1) * max_query_len."""
+        return int(query_start_loc_cpu[num_reqs]) == num_reqs * max_query_len
+
+    def _one_query_tile(self, max_query_len: int) -> bool:
+        """Whether FA2's plan makes each uniform block of max_query_len queries one
+        query tile: it never tiles shorter than the packed query length when that
+        is at most 64 (FA2DetermineCtaTileQ in FlashInfer's utils.cuh)."""
+        return max_query_len * (self.num_qo_heads // self.num_kv_heads) <= 64
+
+    def _noncausal_plan_holds(
+        self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata
+    ) -> bool:
+        """Whether this batch would be planned from host bounds exactly as the
+        non-causal wrapper's plan was: without split KV, FA2's plan does not
+        depend on the KV lengths, only on the key (with uniform blocks, the key
+        fixes qo_indptr). A batch that lost requests keeps the plan, their rows
+        empty, where an empty row is one query tile, which reads and writes
+        nothing; a later tile of it would take a KV range as if it had queries."""
+        num_reqs = common_attn_metadata.num_reqs
+        max_query_len = common_attn_metadata.max_query_len
+        key = self._noncausal_plan_key
+        return (
+            key is not None
+            and key[1] == max_query_len
+            and (
+                key[0] == num_reqs
+                or (key[0] > num_reqs and self._one_query_tile(max_query_len))
+            )
+            and common_prefix_len == 0
+            and common_attn_metadata._seq_lens_cpu is None
+            and common_attn_metadata.seq_lens_cpu_upper_bound is not None
+            and self._uniform_blocks(
+                common_attn_metadata.query_start_loc_cpu, num_reqs, max_query_len
+            )
+        )
+
+    def use_cascade_attention(self, *args, **kwargs) -> bool:
 ''',
     ),
     Hunk(
@@ -370,16 +286,58 @@ def _fill_paged_kv_kernel(
 ''',
     ),
     Hunk(
-        why="whether a row emptied in a held plan is one query tile of FA2's",
-        old='''    def _noncausal_plan_holds(
+        why="run() reads the builder's page table on reuse too, and the plan's key is kept",
+        old='''                    if plan_from_bounds:
+                        # plan() copied the bounds to the GPU; run() reads the exact
+                        # page table (and lengths) instead.
+                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
+                            : num_reqs + 1
+                        ]
+                        prefill_wrapper._paged_kv_last_page_len_buf = (
+                            self.paged_kv_last_page_len.gpu[:num_reqs]
+                        )
+                        prefill_wrapper._kv_lens_buffer[:num_reqs].copy_(
+                            seq_lens[:num_reqs], non_blocking=True
+                        )
 ''',
-        new='''    def _one_query_tile(self, max_query_len: int) -> bool:
-        """Whether FA2's plan makes each uniform block of max_query_len queries one
-        query tile: it never tiles shorter than the packed query length when that
-        is at most 64 (FA2DetermineCtaTileQ in FlashInfer's utils.cuh)."""
-        return max_query_len * (self.num_qo_heads // self.num_kv_heads) <= 64
-
-    def _noncausal_plan_holds(
+        new='''                    if plan_from_bounds:
+                        # plan() copied the bounds to the GPU; run() reads the exact
+                        # page table instead, which every later build that reuses this
+                        # plan rewrites in the same buffers. (FA2's run() never reads
+                        # _kv_lens_buffer; only trtllm-gen's does.)
+                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
+                            : num_reqs + 1
+                        ]
+                        prefill_wrapper._paged_kv_indices_buf = (
+                            self.paged_kv_indices.gpu
+                        )
+                        prefill_wrapper._paged_kv_last_page_len_buf = (
+                            self.paged_kv_last_page_len.gpu[:num_reqs]
+                        )
+                    if not causal:
+                        max_query_len = common_attn_metadata.max_query_len
+                        self._noncausal_plan_key = (
+                            (num_reqs, max_query_len)
+                            if plan_from_bounds
+                            and self._uniform_blocks(qo_indptr_cpu, num_reqs, max_query_len)
+                            else None
+                        )
+                        self._noncausal_plan_rows = num_reqs
+''',
+    ),
+    Hunk(
+        why="a draft step whose plan holds takes the short path",
+        old='''        if not causal:
+            self._check_non_causal_supported()
+        if causal:
+            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
+''',
+        new='''        if not causal:
+            self._check_non_causal_supported()
+            if self._noncausal_plan_holds(common_prefix_len, common_attn_metadata):
+                return self._build_on_noncausal_plan(common_attn_metadata)
+        if causal:
+            num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens = (
 ''',
     ),
 )

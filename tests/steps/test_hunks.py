@@ -76,3 +76,22 @@ def test_upstream_non_causal_selection_expectation(step):
     supported = step >= 1
     assert backend.supports_non_causal() is supported
     assert reasons(False) == [] and (reasons(True) == []) is supported  # refused for non-causal attention only
+
+
+
+@pytest.mark.parametrize("step", LATER_STEPS)
+def test_each_hunk_stands_on_its_own_and_defines_before_it_is_used(step):
+    """A step reads in order, as PR #43081's four do: no hunk rewrites text another hunk of its step wrote (each one's
+    old text is the previous step's), and a method or kernel a hunk defines comes no later than the first hunk of
+    the step that uses it."""
+    import re
+
+    previous, own = patched_source(step - 1), step_module(step).HUNKS[len(step_module(step - 1).HUNKS):]
+    for number, hunk in enumerate(own, 1):
+        assert previous.count(hunk.old) == 1, f"step {step} hunk {number} ({hunk.why}) edits its own step's text"
+    defined = {name: number for number, hunk in enumerate(own, 1)
+               for name in re.findall(r"^\s*def (\w+)\(", hunk.new, re.M) if f"def {name}(" not in previous}
+    for number, hunk in enumerate(own, 1):
+        for name in set(re.findall(r"\b(_\w+)(?:\(|\[)", hunk.new)) & defined.keys():
+            assert defined[name] <= number, (
+                f"step {step} hunk {number} ({hunk.why}) uses {name}, which its hunk {defined[name]} defines later")
