@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dflash_fi"
-SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench", "figures")
+SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench", "figures",
+               "exercises")
 TOP_LEVEL = {  # top-level modules: what each may import from dflash_fi
     "vocabulary": (), "errors": (), "logs": (), "stack": ("dflash_fi.errors", "dflash_fi.vocabulary"),
     # the evidence summary's one reader (and writer): its typed views are the engine's records and the checks

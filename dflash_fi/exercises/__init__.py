@@ -6,7 +6,8 @@
 
     layout.py   the exercise file: written for a reader to edit, read back as data (never run)
     apply.py    the reader's hunks applied with the steps' own `apply_hunks`, a mismatch refused saying where
-    checks.py   what each step's CPU checks ask of the lab, with the reader's module in place of the step's
+    checks.py   what exercise N checks (the checks of steps 1..N), and step 1's: vLLM's selector
+    builds.py   steps 2-4's: what the lab's `FlashInferMetadataBuilder.build()` does with the reader's module
 
 May import: dflash_fi.steps, dflash_fi.patched, dflash_fi.lab, dflash_fi.vocabulary, dflash_fi.errors.
 """
@@ -62,7 +63,8 @@ def check_exercise(step, path: str | Path | None = None, out=print) -> int:
     """Run exercise `step`'s checks on the reader's hunks in `path`: 0 when all hold, 1 when one fails (BadInput for
     a file that is not an exercise of `step`, or a hunk that matches twice or nowhere)."""
     from dflash_fi.exercises.apply import apply_exercise, base_name, exercise_step, failure, import_exercise
-    from dflash_fi.exercises.checks import Saw, checks_of
+    from dflash_fi.exercises.builds import Saw
+    from dflash_fi.exercises.checks import checks_of
     from dflash_fi.exercises.layout import read_exercise
     from dflash_fi.patched import source_filename
 

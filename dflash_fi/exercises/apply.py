@@ -56,15 +56,20 @@ def place(source: str, old: str) -> str:
     lines = old.splitlines()
     first = next((k for k, text in enumerate(lines) if text.strip() and not text.strip().startswith("@")), 0)
     line = _line(source, start) + first
-    return f"{enclosing(source, line)}, line {line}"
+    return f"{enclosing(source, line)}, at line {line}"
 
 
 def _nowhere(source: str, old: str) -> str:
-    """Why `old` matches nowhere: its first line that is not in the source, or that its lines are not in a row."""
-    for k, text in enumerate(old.splitlines(), 1):
-        if text not in source:
+    """Why `old` matches nowhere: its first line that is in no line of the source (its first line may end one, its
+    last begin one, the others must be one), or that its lines are not in a row."""
+    lines, parts = source.splitlines(), old.split("\n")
+    for k, text in enumerate(parts if parts[-1] else parts[:-1]):
+        first, last = k == 0, k == len(parts) - 1
+        fits = (lambda line: text in line) if first and last else (lambda line: line.endswith(text)) if first else \
+            (lambda line: line.startswith(text)) if last else (lambda line: line == text)
+        if not any(map(fits, lines)):
             shown = text.strip()
-            return f"its line {k}, {shown[:60] + ('...' if len(shown) > 60 else '')!r}, is nowhere in it"
+            return f"its line {k + 1}, {shown[:60] + ('...' if len(shown) > 60 else '')!r}, is nowhere in it"
     return "each of its lines is in it, but not one after another as in \"old\" (check indentation and blank lines)"
 
 

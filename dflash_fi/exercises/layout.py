@@ -36,9 +36,9 @@ def layout_text(step: int, title: str, base_name: str, places: list[str], hunks:
     text, its "new" pre-filled with the stock text unless `new` is given."""
     header = [
         f"Exercise {step}: {title}", "",
-        f"Write step {step}'s hunks. They apply to {base_name}, each replacing its \"old\" text (which",
-        "must occur exactly once) with its \"new\" text. \"new\" starts as a copy of \"old\": edit it. You may also change",
-        "\"old\" (to patch another place), add hunks or remove them. Line numbers are that file's; print it with",
+        f"Write step {step}'s hunks. They apply to {base_name}, each replacing its \"old\" text",
+        "(which must occur exactly once) with its \"new\" text. \"new\" starts as a copy of \"old\": edit it. You may",
+        "also change \"old\" (to patch elsewhere), add hunks or remove them. Line numbers are in that file; print it:",
         f"  python -c \"from dflash_fi.steps import patched_source; print(patched_source({step - 1}))\"",
         "Strings are raw (r'''...'''): type the source as it is, backslashes included. The line break right after",
         "an opening r''' is not part of the text. This file is read as data (ast.literal_eval), never run.", "",
@@ -69,7 +69,8 @@ def read_exercise(path: Path, step: int) -> tuple[tuple[Hunk, ...], tuple[int, .
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
         line = f" line {exc.lineno}" if getattr(exc, "lineno", None) else ""
-        raise BadInput(f"{path}{line}: not an exercise file ({type(exc).__name__}: {getattr(exc, 'msg', exc)})") from None
+        reason = f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}"
+        raise BadInput(f"{path}{line}: not an exercise file ({reason})") from None
     found = {}
     for node in tree.body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
