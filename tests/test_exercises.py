@@ -10,7 +10,10 @@ from dflash_fi.exercises import PACKAGE_DIR, check_exercise, exercise_text
 from dflash_fi.exercises.apply import EXERCISE_STEPS, base_source, own_hunks
 from dflash_fi.exercises.checks import checks_of
 from dflash_fi.exercises.layout import layout_text, read_exercise
+from dflash_fi.stack import REPO_ROOT
 from dflash_fi.steps.patching import Hunk
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
 
 # What a reader who has changed nothing is told still fails: the step's own checks that stock text cannot pass.
 STOCK_FAILS = {
@@ -25,6 +28,17 @@ def exercise(tmp_path, step, solved=False, text=None):
     path = tmp_path / f"step{step}.py"
     path.write_text(text if text is not None else exercise_text(step, solved=solved))
     return path
+
+
+def try_it_yourself(step) -> str:
+    """The last cell of step `step`'s notebook, its prose on one line."""
+    import jupytext
+
+    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP
+
+    cell = jupytext.read(NOTEBOOKS / f"{NOTEBOOK_OF_STEP[step]}.py").cells[-1]
+    assert cell.cell_type == "markdown" and cell.source.startswith("## Try it yourself")
+    return " ".join(cell.source.split())
 
 
 def written(tmp_path, step, hunks):
@@ -77,6 +91,7 @@ def test_the_steps_own_hunks_pass(tmp_path, step):
     assert rc == 0, lines
     assert len(lines) == 2 + len(checks_of(step)) and all(line.startswith("  pass  ") for line in lines[1:-1])
     assert lines[-1].startswith(f"step {step} passes: all {len(checks_of(step))} checks")
+    assert f"`{lines[-1]}`" in try_it_yourself(step)  # what the notebook tells the reader
 
 
 @pytest.mark.parametrize("step", EXERCISE_STEPS)
@@ -87,6 +102,7 @@ def test_the_stock_text_fails_saying_what_still_fails(tmp_path, step):
     assert failing == STOCK_FAILS[step]
     assert lines[-1] == (f"step {step} still fails {len(failing)} of {len(checks_of(step))} checks: "
                          + "; ".join(failing))
+    assert f"`{lines[-1]}`" in try_it_yourself(step)
     first = next(line for line in lines if line.startswith("  FAIL  "))
     assert {  # what the lab saw, as the reader reads it
         1: "vLLM refuses FLASHINFER: non-causal attention not supported",
