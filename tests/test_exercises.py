@@ -34,7 +34,7 @@ def try_it_yourself(step) -> str:
     """The last cell of step `step`'s notebook, its prose on one line."""
     import jupytext
 
-    from dflash_fi.evidence.notebooks import NOTEBOOK_OF_STEP
+    from dflash_fi.notebook import NOTEBOOK_OF_STEP
 
     cell = jupytext.read(NOTEBOOKS / f"{NOTEBOOK_OF_STEP[step]}.py").cells[-1]
     assert cell.cell_type == "markdown" and cell.source.startswith("## Try it yourself")

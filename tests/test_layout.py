@@ -58,7 +58,7 @@ def test_no_module_is_too_long_and_none_lives_outside_the_parts():
 
 
 # The lesson, apart from the machinery that proves it: it reads evidence only through the summary's reader.
-LESSON = ("steps", "patched", "plugin", "reference", "models", "lab", "notebook")
+LESSON = ("steps", "patched", "plugin", "reference", "models", "lab", "exercises", "notebook")
 MACHINERY = {"dflash_fi.engine", "dflash_fi.bench", "dflash_fi.evidence"}
 
 
