@@ -114,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("graphs", commands.graphs, "each step's CUDA-graph claim and the mode vLLM's runner resolves from it")
     p.add_argument("--json", action="store_true")
 
+    p = command("exercise", commands.exercise, "write one of PR #43081's steps yourself (1-4), checked by the CPU lab")
+    p.add_argument("step", help="1, 2, 3 or 4")
+    p.add_argument("--out", default=None, help="the exercise file (default: exercises/stepN.py here)")
+    p.add_argument("--force", action="store_true", help="replace an existing exercise file")
+    p.add_argument("--check", nargs="?", const="", default=None, metavar="PATH",
+                   help="check your hunks in PATH (default: --out's path) with step N's CPU checks")
+
     p = command("walkthrough", commands.walkthrough, "the main job: every step, run and checked (GPU parts when a GPU exists)")
     p.add_argument("--prompts", type=_positive, default=DEFAULT_NUM_PROMPTS)
     p.add_argument("--max-new-tokens", type=_positive, default=DEFAULT_NEW_TOKENS)

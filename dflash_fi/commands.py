@@ -134,6 +134,12 @@ def graphs(args) -> int:
     return 0
 
 
+def exercise(args) -> int:
+    from dflash_fi.exercises import run_command
+
+    return run_command(args.step, out=args.out, check=args.check, force=args.force)
+
+
 def walkthrough(args) -> int:
     from dflash_fi.evidence.walkthrough import main
 

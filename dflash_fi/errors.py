@@ -33,6 +33,15 @@ class PatchError(UserError, RuntimeError):
     """The installed vLLM source is not the one the steps' hunks were written against."""
 
 
+class HunkMismatch(PatchError):
+    """A hunk whose old text occurs `count` times, not exactly once, in `source`, the text it was applied to:
+    hunk `number` (1-based) of those applied."""
+
+    def __init__(self, message: str, number: int, count: int, source: str):
+        super().__init__(message)
+        self.number, self.count, self.source = number, count, source
+
+
 class LedgerCorrupt(UserError, RuntimeError):
     """A committed run record under runs/ is damaged: restore it from git."""
 

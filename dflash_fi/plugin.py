@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
+from types import ModuleType
 
 STEP_ENV = "DFLASH_FI_STEP"
 logger = logging.getLogger(__name__)
@@ -29,14 +30,17 @@ def selected_step() -> int:
     return 0 if value == "" else check_step(value)
 
 
-def use_step(step: int) -> None:
-    """From now on, in this process, AttentionBackendEnum.FLASHINFER is step `step` (0: vLLM's own)."""
+def use_step(step: int, backend: ModuleType | None = None) -> None:
+    """From now on, in this process, AttentionBackendEnum.FLASHINFER is step `step` (0: vLLM's own), or the
+    `FlashInferBackend` of `backend`, a module standing for that step (a reader's exercise)."""
     from vllm.v1.attention import selector
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
     from dflash_fi.steps import backend_class_path, check_step
 
-    if check_step(step):
+    if backend is not None:
+        register_backend(AttentionBackendEnum.FLASHINFER, f"{backend.__name__}.FlashInferBackend")
+    elif check_step(step):
         register_backend(AttentionBackendEnum.FLASHINFER, backend_class_path(step))
     else:
         AttentionBackendEnum.FLASHINFER.clear_override()
@@ -56,13 +60,14 @@ def register() -> None:
 
 
 @contextmanager
-def using_step(step: int):
-    """AttentionBackendEnum.FLASHINFER is step `step` inside the block, and what it was before after it."""
+def using_step(step: int, backend: ModuleType | None = None):
+    """AttentionBackendEnum.FLASHINFER is step `step` (or `backend`'s, see `use_step`) inside the block, and what it
+    was before after it."""
     from vllm.v1.attention import selector
     from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES, AttentionBackendEnum, register_backend
 
     saved = _ATTN_OVERRIDES.get(AttentionBackendEnum.FLASHINFER)
-    use_step(step)
+    use_step(step, backend)
     try:
         yield
     finally:

@@ -276,3 +276,20 @@ with wrapped_lines():
 from dflash_fi.notebook import show_step_diff
 
 show_step_diff(1)
+
+# %% [markdown]
+# ## Try it yourself
+#
+# Write step 1's hunk yourself, checked by the CPU lab (no GPU). In a terminal (JupyterLab's will do):
+#
+# ```
+# dflash-fi exercise 1           # writes exercises/step1.py: each hunk's reason, where it lands, the stock text
+# dflash-fi exercise 1 --check   # your hunks in place of step 1's, on top of the project's steps before it
+# ```
+#
+# Edit the hunk's `"new"` text in that file. The check prints one line per check (step 1, 3 in all) and then what
+# still fails. Untouched, it says `step 1 still fails 2 of 3 checks: selector accepts the draft; RTX 4090 fp8
+# draft`: vLLM's selector still refuses FLASHINFER for the draft ("non-causal attention not supported"), and the RTX
+# 4090's fp8 draft still finds no backend. Right, it says `step 1 passes: all 3 checks of step 1 hold with your
+# hunks` and exits 0. A hunk whose `"old"` text matches twice or nowhere is refused, naming its line in your file.
+# The answer is the appendix above.

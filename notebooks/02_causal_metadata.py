@@ -180,3 +180,20 @@ check(f"the walkthrough's {len(checks)} checks for step 2 pass", bool(checks) an
 from dflash_fi.notebook import show_step_diff
 
 show_step_diff(2)
+
+# %% [markdown]
+# ## Try it yourself
+#
+# Write step 2's hunks yourself, checked by the CPU lab (no GPU). In a terminal (JupyterLab's will do):
+#
+# ```
+# dflash-fi exercise 2           # writes exercises/step2.py: each hunk's reason, where it lands, the stock text
+# dflash-fi exercise 2 --check   # your hunks in place of step 2's, on top of the project's steps before it
+# ```
+#
+# Edit each hunk's `"new"` text in that file. The check prints one line per check (steps 1-2, 7 in all) and then
+# what still fails. Untouched, it says `step 2 still fails 3 of 7 checks: draft all prefill; metadata.causal;
+# DFlash's check`: on Blackwell the draft still goes to TRTLLM decode, `FlashInferMetadata` has no `causal` field,
+# and DFlash's own assertion refuses the draft's metadata. Right, it says `step 2 passes: all 7 checks of steps 1-2
+# hold with your hunks` and exits 0. A hunk whose `"old"` text matches twice or nowhere is refused, naming its line
+# in your file. The answer is the appendix above.

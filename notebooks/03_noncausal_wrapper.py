@@ -221,3 +221,20 @@ check(f"the walkthrough's {len(checks)} checks for step 3 pass", bool(checks) an
 from dflash_fi.notebook import show_step_diff
 
 show_step_diff(3)
+
+# %% [markdown]
+# ## Try it yourself
+#
+# Write step 3's hunks yourself, checked by the CPU lab (no GPU). In a terminal (JupyterLab's will do):
+#
+# ```
+# dflash-fi exercise 3           # writes exercises/step3.py: each hunk's reason, where it lands, the stock text
+# dflash-fi exercise 3 --check   # your hunks in place of step 3's, on top of the project's steps before it
+# ```
+#
+# Edit each hunk's `"new"` text in that file. The check prints one line per check (steps 1-3, 12 in all) and then
+# what still fails. Untouched, it says `step 3 still fails 4 of 12 checks: plan(causal=False); a wrapper of its own;
+# DCP refused; NVFP4 refused`: the draft is still planned `causal=True` on the shared wrapper, a causal batch
+# re-plans it, and DCP and an NVFP4 cache are not refused. Right, it says `step 3 passes: all 12 checks of steps 1-3
+# hold with your hunks` and exits 0. A hunk whose `"old"` text matches twice or nowhere is refused, naming its line
+# in your file. The answer is the appendix above.

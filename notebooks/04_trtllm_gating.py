@@ -228,3 +228,19 @@ check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case 
 from dflash_fi.notebook import show_step_diff
 
 show_step_diff(4)
+
+# %% [markdown]
+# ## Try it yourself
+#
+# Write step 4's hunks yourself, checked by the CPU lab (no GPU). In a terminal (JupyterLab's will do):
+#
+# ```
+# dflash-fi exercise 4           # writes exercises/step4.py: each hunk's reason, where it lands, the stock text
+# dflash-fi exercise 4 --check   # your hunks in place of step 4's, on top of the project's steps before it
+# ```
+#
+# Edit each hunk's `"new"` text in that file. The check prints one line per check (steps 1-4, 14 in all) and then
+# what still fails. Untouched, it says `step 4 still fails 2 of 14 checks: no TRTLLM for the draft; one warning`: on
+# Blackwell the draft still runs on TRTLLM prefill (causal only), and nothing warns that it cannot. Right, it says
+# `step 4 passes: all 14 checks of steps 1-4 hold with your hunks` and exits 0. A hunk whose `"old"` text matches
+# twice or nowhere is refused, naming its line in your file. The answer is the appendix above.

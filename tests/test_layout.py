@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dflash_fi"
-SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench", "figures")
+SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench", "figures",
+               "exercises")
 TOP_LEVEL = {  # top-level modules: what each may import from dflash_fi
     "vocabulary": (), "errors": (), "logs": (), "stack": ("dflash_fi.errors", "dflash_fi.vocabulary"),
     # the evidence summary's one reader (and writer): its typed views are the engine's records and the checks
@@ -57,7 +58,7 @@ def test_no_module_is_too_long_and_none_lives_outside_the_parts():
 
 
 # The lesson, apart from the machinery that proves it: it reads evidence only through the summary's reader.
-LESSON = ("steps", "patched", "plugin", "reference", "models", "lab", "notebook")
+LESSON = ("steps", "patched", "plugin", "reference", "models", "lab", "exercises", "notebook")
 MACHINERY = {"dflash_fi.engine", "dflash_fi.bench", "dflash_fi.evidence"}
 
 

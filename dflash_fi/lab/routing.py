@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from pathlib import Path
+from types import ModuleType
 from unittest import mock
 
 import torch
@@ -27,14 +28,15 @@ class RoutingLab:
     def __init__(self, step: int, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto",
                  dcp: bool = False, cuda_graphs: bool = False, target_dir: Path = DEFAULT_TARGET,
                  drafter_dir: Path = DEFAULT_DRAFTER, on_gpu: bool = False, max_model_len: int = 1024,
-                 draft_backend: str = "FLASHINFER"):
+                 draft_backend: str = "FLASHINFER", backend: ModuleType | None = None):
         """on_gpu: the builders as on a real GPU (this machine's), FlashInfer's real wrappers, no doubles. max_model_len
-        sizes the page tables (the model's position limit raised to it: no model runs); draft_backend: the draft's."""
+        sizes the page tables (the model's position limit raised to it: no model runs); draft_backend: the draft's.
+        backend: a FlashInfer backend module standing for the step's (a reader's exercise); default the step's own."""
         from dflash_fi.steps import check_step
 
         self.step, self.capability, self.trtllm, self.dcp = check_step(step), tuple(capability), trtllm, dcp
         self.kv_cache_dtype, self.cuda_graphs, self.on_gpu = kv_cache_dtype, cuda_graphs, on_gpu
-        self.max_model_len, self.draft_backend, self._stack = max_model_len, draft_backend, None
+        self.max_model_len, self.draft_backend, self.backend, self._stack = max_model_len, draft_backend, backend, None
         self.target_dir, self.drafter_dir = Path(target_dir), Path(drafter_dir)
 
     def __enter__(self) -> "RoutingLab":
@@ -72,8 +74,8 @@ class RoutingLab:
             target_parallel_config=parallel_config)
         if not self.on_gpu:
             stack.enter_context(pretend_gpu(self.capability, trtllm=self.trtllm))
-        stack.enter_context(using_step(self.step))
-        self.module = backend_module(self.step)
+        stack.enter_context(using_step(self.step, self.backend))
+        self.module = self.backend or backend_module(self.step)
         if not self.on_gpu:  # pretended GPUs have doubles of FlashInfer's wrappers and vLLM's Triton kernels
             stack.enter_context(flashinfer_gpu_doubles(self.module))
         if self.dcp:
@@ -97,9 +99,8 @@ class RoutingLab:
         self.draft_config = proposer._create_draft_vllm_config()
         self._proposer = proposer
 
-        num_target = model_config.hf_config.num_hidden_layers
-        num_draft = spec_config.draft_model_config.hf_config.num_hidden_layers
         hf = model_config.hf_config
+        num_target, num_draft = hf.num_hidden_layers, spec_config.draft_model_config.hf_config.num_hidden_layers
 
         def make_layers(names, **kwargs):
             return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,

@@ -11,6 +11,7 @@ The target's layers ask as causal layers; DFlash's draft layers ask with `use_no
 from __future__ import annotations
 
 import json
+from types import ModuleType
 
 import torch
 
@@ -66,16 +67,18 @@ def _reasons(platform, backend, config) -> list[str]:
                                                 **config._asdict())
 
 
-def selector_matrix(steps=None, capabilities=CAPABILITIES, kv_cache_dtypes=KV_CACHE_DTYPES) -> list[dict]:
+def selector_matrix(steps=None, capabilities=CAPABILITIES, kv_cache_dtypes=KV_CACHE_DTYPES,
+                    backend: ModuleType | None = None) -> list[dict]:
     """Per step x GPU x KV dtype x role: the backend picked with none requested (`auto_error`: the ValueError vLLM
-    raised where none accepts), and FLASHINFER's reasons to refuse if it is requested ([]: accepted)."""
+    raised where none accepts), and FLASHINFER's reasons to refuse if it is requested ([]: accepted). backend: a
+    FlashInfer backend module standing for the steps' own (a reader's exercise)."""
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
     from dflash_fi.steps import STEPS
 
     rows = []
     for step in STEPS if steps is None else steps:
-        with using_step(step):
+        with using_step(step, backend):
             for capability in capabilities:
                 with pretend_gpu(capability) as platform:
                     for kv in kv_cache_dtypes:
@@ -90,12 +93,14 @@ def selector_matrix(steps=None, capabilities=CAPABILITIES, kv_cache_dtypes=KV_CA
     return rows
 
 
-def backend_verdicts(step: int, capability: tuple[int, int], kv_cache_dtype: str, role: str) -> list[dict]:
-    """The platform's priority list for this GPU, and each backend's verdict: accepted, or its reasons."""
+def backend_verdicts(step: int, capability: tuple[int, int], kv_cache_dtype: str, role: str,
+                     backend: ModuleType | None = None) -> list[dict]:
+    """The platform's priority list for this GPU, and each backend's verdict: accepted, or its reasons. backend: as
+    for `selector_matrix`."""
     from vllm.platforms.interface import DeviceCapability
 
     non_causal = dict(ROLES)[role]
-    with using_step(step), pretend_gpu(capability) as platform:
+    with using_step(step, backend), pretend_gpu(capability) as platform:
         valid, invalid = platform.get_valid_backends(DeviceCapability(*capability),
                                                      _selector_config(kv_cache_dtype, non_causal))
     rows = [{"priority": p, "backend": b.name, "reasons": []} for b, p in valid]

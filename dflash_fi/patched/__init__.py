@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import linecache
 import re
 import sys
@@ -19,19 +20,24 @@ MAY_IMPORT = ("dflash_fi.steps",)
 _NAME = re.compile(rf"^{re.escape(__name__)}\.step([1-9][0-9]*)$")
 
 
+def source_filename(tag: str) -> str:
+    """The file name a patched module's tracebacks show. Not a path on disk: linecache asks the loader's
+    get_source() for their lines."""
+    return f"vllm-0.22.1/v1/attention/backends/flashinfer.py+dflash-fi-{tag}"
+
+
 class _PatchedFlashInferLoader(importlib.abc.Loader):
-    def __init__(self, step: int):
-        self.step = step
+    def __init__(self, step: int, source: str | None = None, tag: str | None = None):
+        self.step, self.source, self.tag = step, source, tag or f"step{step}"
 
     def get_source(self, fullname: str) -> str:
         from dflash_fi.steps import patched_source
 
-        return patched_source(self.step)
+        return patched_source(self.step) if self.source is None else self.source
 
     def exec_module(self, module) -> None:
         source = self.get_source(module.__name__)
-        # Not a path on disk: linecache asks this loader's get_source() for traceback lines.
-        filename = f"vllm-0.22.1/v1/attention/backends/flashinfer.py+dflash-fi-step{self.step}"
+        filename = source_filename(self.tag)
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         module.__file__ = filename
         module.DFLASH_FI_STEP = self.step  # what an engine's record says its backend was built at
@@ -47,6 +53,21 @@ class _PatchedFlashInferFinder(importlib.abc.MetaPathFinder):
 
         step = check_step(match.group(1))
         return importlib.machinery.ModuleSpec(fullname, _PatchedFlashInferLoader(step), origin="dflash-fi")
+
+
+def import_source(name: str, source: str, step: int):
+    """`source`, a flashinfer.py standing for step `step` (a reader's exercise), imported as the real module
+    `dflash_fi.patched.<name>`, replacing any earlier one; tracebacks name it `...flashinfer.py+dflash-fi-<name>`."""
+    spec = importlib.machinery.ModuleSpec(f"{__name__}.{name}", _PatchedFlashInferLoader(step, source, name),
+                                          origin="dflash-fi")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as the import system does: vLLM imports the backend's class by its name
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[spec.name]
+        raise
+    return module
 
 
 if not any(isinstance(f, _PatchedFlashInferFinder) for f in sys.meta_path):

@@ -17,7 +17,7 @@ import hashlib
 import importlib.util
 from dataclasses import dataclass
 
-from dflash_fi.errors import PatchError
+from dflash_fi.errors import HunkMismatch, PatchError
 
 STOCK_MODULE = "vllm.v1.attention.backends.flashinfer"
 # sha256 of vllm/v1/attention/backends/flashinfer.py in the vllm==0.22.1 wheel.
@@ -55,8 +55,8 @@ def apply_hunks(source: str, hunks: tuple[Hunk, ...]) -> str:
     for number, hunk in enumerate(hunks, 1):
         count = source.count(hunk.old)
         if count != 1:
-            raise PatchError(
-                f"hunk {number} ({hunk.why}) matches {count} places instead of exactly one"
+            raise HunkMismatch(
+                f"hunk {number} ({hunk.why}) matches {count} places instead of exactly one", number, count, source
             )
         source = source.replace(hunk.old, hunk.new)
     return source
