@@ -30,13 +30,17 @@ def selected_step() -> int:
 
 def use_step(step: int) -> None:
     """From now on, in this process, AttentionBackendEnum.FLASHINFER is step `step` (0: vLLM's own)."""
+    from dflash_fi.steps import backend_class_path, check_step
+
+    _use_backend(backend_class_path(step) if check_step(step) else None)
+
+
+def _use_backend(class_path: str | None) -> None:
     from vllm.v1.attention import selector
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    from dflash_fi.steps import backend_class_path, check_step
-
-    if check_step(step):
-        register_backend(AttentionBackendEnum.FLASHINFER, backend_class_path(step))
+    if class_path:
+        register_backend(AttentionBackendEnum.FLASHINFER, class_path)
     else:
         AttentionBackendEnum.FLASHINFER.clear_override()
     selector._cached_get_attn_backend.cache_clear()  # the selector memoises its answers
@@ -55,18 +59,21 @@ def register() -> None:
 
 
 @contextmanager
-def using_step(step: int):
-    """AttentionBackendEnum.FLASHINFER is step `step` inside the block, and what it was before after it."""
-    from vllm.v1.attention import selector
-    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES, AttentionBackendEnum, register_backend
+def using_backend(class_path: str | None):
+    """AttentionBackendEnum.FLASHINFER is the class at `class_path` (None: vLLM's own) inside the block, and what it was
+    before after it."""
+    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES, AttentionBackendEnum
 
     saved = _ATTN_OVERRIDES.get(AttentionBackendEnum.FLASHINFER)
-    use_step(step)
+    _use_backend(class_path)
     try:
         yield
     finally:
-        if saved is None:
-            AttentionBackendEnum.FLASHINFER.clear_override()
-        else:
-            register_backend(AttentionBackendEnum.FLASHINFER, saved)
-        selector._cached_get_attn_backend.cache_clear()
+        _use_backend(saved)
+
+
+def using_step(step: int):
+    """AttentionBackendEnum.FLASHINFER is step `step` inside the block, and what it was before after it."""
+    from dflash_fi.steps import backend_class_path, check_step
+
+    return using_backend(backend_class_path(step) if check_step(step) else None)

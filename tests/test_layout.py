@@ -10,7 +10,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "dflash_fi"
 SUBPACKAGES = ("steps", "patched", "reference", "models", "lab", "engine", "evidence", "bench", "figures")
 TOP_LEVEL = {  # top-level modules: what each may import from dflash_fi
     "vocabulary": (), "errors": (), "logs": (), "stack": ("dflash_fi.errors", "dflash_fi.vocabulary"),
-    "runs": ("dflash_fi.errors", "dflash_fi.stack"),
+    "runs": ("dflash_fi.errors", "dflash_fi.stack"), "upstream": ("dflash_fi.errors", "dflash_fi.stack"),
     "plugin": ("dflash_fi.steps", "dflash_fi.stack", "dflash_fi.errors"),
 }
 MAX_LINES = 260

@@ -68,8 +68,6 @@ class RoutingLab:
 
         from dflash_fi.lab.gpu_doubles import DcpGroupDouble, flashinfer_gpu_doubles
         from dflash_fi.lab.pretend_gpu import pretend_gpu
-        from dflash_fi.plugin import using_step
-        from dflash_fi.steps import backend_module
 
         # Model configs are read before pretending: inspecting model classes imports CUDA-only kernels.
         model_config = ModelConfig(
@@ -83,8 +81,7 @@ class RoutingLab:
             target_parallel_config=parallel_config)
         if not self.on_gpu:
             stack.enter_context(pretend_gpu(self.capability, trtllm=self.trtllm))
-        stack.enter_context(using_step(self.step))
-        self.module = backend_module(self.step)
+        self.module = self._backend(stack)
         if not self.on_gpu:  # pretended GPUs have doubles of FlashInfer's wrappers and vLLM's Triton kernels
             stack.enter_context(flashinfer_gpu_doubles(self.module))
         if self.dcp:
@@ -99,37 +96,32 @@ class RoutingLab:
             cache_config=CacheConfig(block_size=KV_PAGE_SIZE, cache_dtype=self.kv_cache_dtype),
             attention_config=AttentionConfig(backend="FLASHINFER"), device_config=DeviceConfig(device="cuda"),
             scheduler_config=SchedulerConfig(max_model_len=self.max_model_len, is_encoder_decoder=False),
-            compilation_config=CompilationConfig(
-                cudagraph_mode="FULL_AND_PIECEWISE" if self.cuda_graphs else "NONE"),
-        )
+            compilation_config=CompilationConfig(cudagraph_mode="FULL_AND_PIECEWISE" if self.cuda_graphs else "NONE"))
         # DFlash's own derivation of the draft config (use_non_causal=True, speculative attention_backend).
         proposer = object.__new__(DFlashProposer)
         proposer.vllm_config, proposer.speculative_config = self.vllm_config, spec_config
-        self.draft_config = proposer._create_draft_vllm_config()
-        self._proposer = proposer
+        self.draft_config, self._proposer = proposer._create_draft_vllm_config(), proposer
 
-        num_target = model_config.hf_config.num_hidden_layers
-        num_draft = spec_config.draft_model_config.hf_config.num_hidden_layers
         hf = model_config.hf_config
+        num_target, num_draft = hf.num_hidden_layers, spec_config.draft_model_config.hf_config.num_hidden_layers
 
         def make_layers(names, **kwargs):
             return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
                               num_kv_heads=hf.num_key_value_heads, cache_config=config.cache_config,
                               prefix=name, **kwargs) for name in names]
-        self.builders, self.selection, self.layers = {}, {}, {}
+        self.builders, self.selection, self.layers, self.rejection = {}, {}, {}, {}
         for role, config, names in (
             ("target", self.vllm_config, [f"model.layers.{i}.self_attn.attn" for i in range(num_target)]),
-            ("draft", self.draft_config,
-             [f"model.layers.{num_target + i}.self_attn.attn" for i in range(num_draft)]),
+            ("draft", self.draft_config, [f"model.layers.{num_target + i}.self_attn.attn" for i in range(num_draft)]),
         ):
             with set_current_vllm_config(config), set_default_torch_dtype(torch.bfloat16):
                 try:  # vLLM's selector, as at engine start
-                    layers = make_layers(names)
+                    layers, self.rejection[role] = make_layers(names), None
                     self.selection[role] = "FLASHINFER accepted"
                 except ValueError as exc:
                     # Stock rejects FlashInfer for the draft; build the layers on it anyway, to show
                     # what its builder would do with a non-causal batch.
-                    self.selection[role] = f"rejected: {exc}"
+                    self.rejection[role], self.selection[role] = exc, f"rejected: {exc}"
                     layers = make_layers(names, attn_backend=self.module.FlashInferBackend)
                 spec = layers[0].get_kv_cache_spec(config)
                 builder_cls = layers[0].attn_backend.get_builder_cls()
@@ -140,17 +132,22 @@ class RoutingLab:
             self.layers[role] = layers  # vLLM's Attention layers, their impl's forward() included
         self.kv_cache_spec = spec
 
+    def _backend(self, stack: ExitStack):
+        """The FlashInfer module the lab drives, made FLASHINFER for vLLM's selector while the lab is open."""
+        from dflash_fi.plugin import using_step
+        from dflash_fi.steps import backend_module
+
+        stack.enter_context(using_step(self.step))
+        return backend_module(self.step)
+
     def __exit__(self, *exc):
         self._stack.close()
 
     def route(self, batch: Batch) -> dict:
         from vllm.config import set_current_vllm_config
-        from vllm.v1.spec_decode.dflash import DFlashProposer
-        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
         builder, names, config = self.builders[batch.role]
-        row = {"batch": batch.name, "role": batch.role, "causal_in": batch.causal,
-               "selection": self.selection[batch.role],
+        row = {"batch": batch.name, "role": batch.role, "causal_in": batch.causal, "selection": self.selection[batch.role],
                "reorder_batch_threshold": builder.reorder_batch_threshold}
         cad = common_metadata(batch)
         try:
@@ -159,8 +156,7 @@ class RoutingLab:
         except NotImplementedError as exc:
             row["refused"] = {"type": type(exc).__name__, "message": str(exc)}
             return row
-        prefill = md.prefill
-        prefill_kernel = None
+        prefill, prefill_kernel = md.prefill, None
         if prefill is None:
             prefill_path, plan_causal = None, None
         elif type(prefill).__name__ == "TRTLLMPrefill":
@@ -181,21 +177,26 @@ class RoutingLab:
             "num_decodes": md.num_decodes, "num_prefills": md.num_prefills,
             "num_decode_tokens": md.num_decode_tokens, "num_prefill_tokens": md.num_prefill_tokens,
             "prefill": prefill_path, "prefill_kernel": prefill_kernel, "decode": decode_path,
-            "plan_causal": plan_causal,
-            "cascade": md.use_cascade,
-            "metadata_causal": getattr(md, "causal", "absent"),
+            "plan_causal": plan_causal, "cascade": md.use_cascade, "metadata_causal": getattr(md, "causal", "absent"),
         })
         if batch.role == "draft":
             row["host_seq_lens"] = "copied from the GPU" if cad._seq_lens_cpu is not None else "upper bound, no copy"
-            per_layer = {name: md for name in names}
-            with mock.patch.object(SpecDecodeBaseProposer, "build_per_group_and_layer_attn_metadata",
-                                   return_value=([md], per_layer)):
-                try:
-                    DFlashProposer.build_per_group_and_layer_attn_metadata(self._proposer, cad)
-                    row["dflash_check_passed"], row["dflash_check_reason"] = True, None
-                except AssertionError as exc:
-                    row["dflash_check_passed"], row["dflash_check_reason"] = False, str(exc)
+            failure = self.run_dflash_check(md, cad)
+            row["dflash_check_passed"], row["dflash_check_reason"] = failure is None, failure and str(failure)
         return row
+
+    def run_dflash_check(self, md, cad) -> AssertionError | None:
+        """DFlash's own check of a draft build's metadata, run here: None when it passes, else its AssertionError."""
+        from vllm.v1.spec_decode.dflash import DFlashProposer
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+        with mock.patch.object(SpecDecodeBaseProposer, "build_per_group_and_layer_attn_metadata",
+                               return_value=([md], {name: md for name in self.builders["draft"][1]})):
+            try:
+                DFlashProposer.build_per_group_and_layer_attn_metadata(self._proposer, cad)
+            except AssertionError as exc:
+                return exc
+        return None
 
     def route_all(self, batches=STANDARD_BATCHES) -> list[dict]:
         return [self.route(b) for b in batches]
@@ -203,14 +204,11 @@ class RoutingLab:
 
 def routing_report(step: int | str, trtllm: bool = False, capability=None, kv_cache_dtype: str = "auto",
                    cuda_graphs: bool = False) -> dict:
-    from dflash_fi.steps import check_step
-
-    step = check_step(step)
     capability = tuple(capability or (BLACKWELL if trtllm else HOPPER))
     with RoutingLab(step, capability, trtllm=trtllm, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs) as lab:
         rows = lab.route_all()
         warnings = [m for m in lab.warnings.messages if "non-causal" in m or "DFlash" in m]
-    return {"step": step, "capability": sm(capability), "trtllm_available": trtllm, "kv_cache_dtype": kv_cache_dtype,
+    return {"step": lab.step, "capability": sm(capability), "trtllm_available": trtllm, "kv_cache_dtype": kv_cache_dtype,
             "cuda_graphs": cuda_graphs, "batches": rows, "dflash_warnings": warnings}
 
 
