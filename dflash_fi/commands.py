@@ -120,6 +120,17 @@ def routing(args) -> int:
     return 0
 
 
+def upstream(args) -> int:
+    from dflash_fi.upstream import SHA256, cache_dir, source
+
+    for version, path in sorted(SHA256):  # all read and checked before anything is printed
+        source(version, path)
+    for version, path in sorted(SHA256):
+        print(f"vllm {version} {path}: sha256 {SHA256[version, path][:12]}... as pinned")
+    print(f"wheels in {cache_dir()}")
+    return 0
+
+
 def graphs(args) -> int:
     from dflash_fi.lab.graphs import cudagraph_claims, format_claims
     from dflash_fi.steps import STEPS

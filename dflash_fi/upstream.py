@@ -14,6 +14,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -64,14 +65,19 @@ def wheel(version: str) -> Path:
     folder = cache_dir()
     if (found := _cached_wheel(version, folder)) is not None:
         return found
-    folder.mkdir(parents=True, exist_ok=True)
-    command = download_command(version, folder)
-    try:
-        done = subprocess.run(command, capture_output=True, text=True)
-        failed = done.returncode != 0 and ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
-    except OSError as exc:
-        failed = str(exc)
-    if failed or (found := _cached_wheel(version, folder)) is None:
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".vllm-download-") as partial:  # no half a wheel left
+        command = download_command(version, Path(partial))
+        try:
+            done = subprocess.run(command, capture_output=True, text=True)
+            failed = done.returncode != 0 and ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
+        except OSError as exc:
+            failed = str(exc)
+        if not failed and (downloaded := _cached_wheel(version, Path(partial))) is not None:
+            folder.mkdir(exist_ok=True)
+            found = folder / downloaded.name
+            os.replace(downloaded, found)
+    if failed or found is None:
         raise UpstreamUnavailable(
             f"vLLM {version}'s wheel could not be fetched from PyPI ({failed or 'no wheel written'}); "
             f"where PyPI is reachable run: pip download vllm=={version} --no-deps --only-binary=:all: -d {folder}")
