@@ -121,13 +121,9 @@ def routing(args) -> int:
 
 
 def upstream(args) -> int:
-    from dflash_fi.upstream import SHA256, cache_dir, source
+    from dflash_fi.upstream import check_all
 
-    for version, path in sorted(SHA256):  # all read and checked before anything is printed
-        source(version, path)
-    for version, path in sorted(SHA256):
-        print(f"vllm {version} {path}: sha256 {SHA256[version, path][:12]}... as pinned")
-    print(f"wheels in {cache_dir()}")
+    print("\n".join(check_all()))
     return 0
 
 

@@ -110,3 +110,11 @@ def source(version: str, path: str) -> str:
         raise PatchError(f"{where} is not vLLM {version}'s {path} (sha256 {digest[:12]}..., pinned "
                          f"{SHA256[version, path][:12]}...): delete it to fetch it again")
     return data.decode("utf-8")
+
+
+def check_all() -> list[str]:
+    """Every pinned file read (the wheels fetched first where they are missing) and checked, then one line each."""
+    for version, path in sorted(SHA256):  # all before anything is said
+        source(version, path)
+    return [*(f"vllm {v} {p}: sha256 {SHA256[v, p][:12]}... as pinned" for v, p in sorted(SHA256)),
+            f"wheels in {cache_dir()}"]

@@ -1,8 +1,8 @@
 """Step 4 beside what vLLM merged: vLLM 0.24.0's own flashinfer.py, driven through the same builds as step 4.
 
-`MergedLab` is a `RoutingLab` whose FlashInfer module is `dflash_fi.patched.vllm_0_24_0` (0.24.0's file from its wheel,
-unchanged) instead of a step's; everything else is vLLM 0.22.1's, as in every lab. 0.24.0's file imports against 0.22.1's
-modules as it is; one name means something else there: `PIN_MEMORY`, which 0.24.0 defines in `vllm.utils.torch_utils` as
+`MergedLab` is a `RoutingLab` whose FlashInfer module is `dflash_fi.patched.vllm_0_24_0` (0.24.0's file from its
+wheel, unchanged) instead of a step's; everything else is vLLM 0.22.1's, as in every lab. 0.24.0's file imports
+against 0.22.1's modules as it is; one name means something else there: `PIN_MEMORY`, which 0.24.0 defines in `vllm.utils.torch_utils` as
 `is_pin_memory_available()` and 0.22.1 as "not WSL". Each lab sets it to 0.24.0's meaning, asked of the pretended GPU.
 
 `compare(configs, seeds)` builds the standard batches and seeded random draft and target batches under both, for each
@@ -93,7 +93,7 @@ class Difference(enum.Enum):
     """Why step 4 and vLLM 0.24.0 decide differently, each from the code that does it."""
 
     NVFP4_NEEDS_SM100F = ("vLLM 0.24.0 refuses an NVFP4 KV cache off SM 10.x when the builder is made (#43669, "
-                          "merged with it in 0.24.0: FlashInfer's FP4 attention exists for sm100f only); vLLM 0.22.1, "
+                          "another PR in 0.24.0: FlashInfer's FP4 attention exists for sm100f only); vLLM 0.22.1, "
                           "under step 4, makes the builder")
     NVFP4_REFUSED_LATER = ("both refuse a non-causal batch on an NVFP4 KV cache; 0.24.0 only in _get_prefill_wrapper, "
                            "after it wrote the page table (and logged its TRTLLM warning), step 3 first thing in "
@@ -196,7 +196,8 @@ def decide(lab: RoutingLab, config: Config, role_builders: dict, batch: Batch) -
         prefill = (Prefill.TRTLLM if wrapper is None else Prefill.NON_CAUSAL_WRAPPER
                    if wrapper is getattr(builder, "_noncausal_prefill_wrapper", None) else Prefill.CAUSAL_WRAPPER)
         # DCP's wrapper plans two: the context (never causal) and the new tokens
-        planned = [wrapper] if hasattr(wrapper, "plans") else [getattr(wrapper, n, None) for n in ("_context", "_new_tokens")]
+        planned = [wrapper] if hasattr(wrapper, "plans") else [getattr(wrapper, n, None)
+                                                               for n in ("_context", "_new_tokens")]
         plan = tuple(w.plans[-1]["causal"] for w in planned if getattr(w, "plans", None))
     decode = None if md.decode is None else Decode.FLASHINFER if hasattr(md.decode, "wrapper") else Decode.TRTLLM
     check = None if batch.causal else lab.run_dflash_check(md, cad) is None
@@ -227,3 +228,14 @@ def compare(configs=CONFIGS, seeds: int = 8) -> list[Build]:
             theirs = _decisions(lab, config, all_batches)
         builds += [Build(config, b, x, y) for b, x, y in zip(all_batches, ours, theirs)]
     return builds
+
+
+def warning_texts(capability=BLACKWELL) -> tuple[list[str], list[str]]:
+    """The warnings step 4 and vLLM 0.24.0 log for the standard draft batch with TRTLLM available: the same condition
+    (`Decision.warned` compares it), in each one's words."""
+    texts = []
+    for lab in (RoutingLab(MERGED_STEP, capability, trtllm=True), MergedLab(capability, trtllm=True)):
+        with lab:
+            lab.route(STANDARD_BATCHES[0])
+            texts.append(list(lab.warnings.messages))
+    return texts[0], texts[1]

@@ -147,8 +147,8 @@ class RoutingLab:
         from vllm.config import set_current_vllm_config
 
         builder, names, config = self.builders[batch.role]
-        row = {"batch": batch.name, "role": batch.role, "causal_in": batch.causal, "selection": self.selection[batch.role],
-               "reorder_batch_threshold": builder.reorder_batch_threshold}
+        row = {"batch": batch.name, "role": batch.role, "causal_in": batch.causal,
+               "selection": self.selection[batch.role], "reorder_batch_threshold": builder.reorder_batch_threshold}
         cad = common_metadata(batch)
         try:
             with set_current_vllm_config(config):
@@ -208,7 +208,8 @@ def routing_report(step: int | str, trtllm: bool = False, capability=None, kv_ca
     with RoutingLab(step, capability, trtllm=trtllm, kv_cache_dtype=kv_cache_dtype, cuda_graphs=cuda_graphs) as lab:
         rows = lab.route_all()
         warnings = [m for m in lab.warnings.messages if "non-causal" in m or "DFlash" in m]
-    return {"step": lab.step, "capability": sm(capability), "trtllm_available": trtllm, "kv_cache_dtype": kv_cache_dtype,
+    return {"step": lab.step,
+            "capability": sm(capability), "trtllm_available": trtllm, "kv_cache_dtype": kv_cache_dtype,
             "cuda_graphs": cuda_graphs, "batches": rows, "dflash_warnings": warnings}
 
 

@@ -188,7 +188,7 @@ UPSTREAM = (
     Upstream("7", "a draft plans from host bounds, no seq_lens copy from the GPU",
              "not done: the bound is used only without speculative tokens; else seq_lens is copied from the GPU",
              "#57352 (open)",
-             (Probe(FLASHINFER, _BUILD, r"_num_speculative_tokens == 0\s+and common_attn_metadata\.seq_lens_cpu_upper_bound"),
+             (Probe(FLASHINFER, _BUILD, r"_num_speculative_tokens == 0\s+and common_attn_metadata\.seq_lens_cpu_upper"),
               Probe(FLASHINFER, _BUILD, r"seq_lens\.cpu\(\)")), TODAY),
     Upstream("8", "plan once: a draft's plan reused while its shape holds",
              "not done: every non-causal prefill build plans; on SM 9.0 / 12.x the draft skips plan() on XQA",
