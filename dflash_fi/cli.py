@@ -103,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--step", action="append", type=int, help="only these steps (repeatable; default: all)")
     p.add_argument("--json", action="store_true")
 
+    command("upstream", commands.upstream, "fetch vLLM 0.24.0's and 0.33.0's wheels (once) and check the files read")
+
     p = command("routing", commands.routing, "what the real FlashInferMetadataBuilder.build() does with DFlash and target batches")
     step_arg(p, str(FINAL_STEP))
     p.add_argument("--trtllm", action="store_true", help="TRTLLM attention available (as on Blackwell, SM 10.0)")
@@ -162,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-QUIET_COMMANDS = ("doctor", "train", "reference", "model-card", "report", "figures", "record")  # these import no vLLM engine
+QUIET_COMMANDS = ("doctor", "train", "reference", "model-card", "report", "figures", "record", "upstream")  # these import no vLLM engine
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,6 +123,13 @@ def routing(args) -> int:
     return 0
 
 
+def upstream(args) -> int:
+    from dflash_fi.upstream import check_all
+
+    print("\n".join(check_all()))
+    return 0
+
+
 def graphs(args) -> int:
     from dflash_fi.lab.graphs import cudagraph_claims, format_claims
     from dflash_fi.steps import STEPS

@@ -48,3 +48,7 @@ class LedgerCorrupt(UserError, RuntimeError):
 
 class NoRecord(UserError, LookupError):
     """A recorded result the command needs is not committed under runs/ yet."""
+
+
+class UpstreamUnavailable(BadInput):
+    """A later vLLM's wheel, which the lesson reads files from, could not be fetched from PyPI."""

@@ -30,18 +30,26 @@ def selected_step() -> int:
     return 0 if value == "" else check_step(value)
 
 
-def use_step(step: int, backend: ModuleType | None = None) -> None:
-    """From now on, in this process, AttentionBackendEnum.FLASHINFER is step `step` (0: vLLM's own), or the
-    `FlashInferBackend` of `backend`, a module standing for that step (a reader's exercise)."""
-    from vllm.v1.attention import selector
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
-
+def _class_path(step: int, backend: ModuleType | None) -> str | None:
     from dflash_fi.steps import backend_class_path, check_step
 
     if backend is not None:
-        register_backend(AttentionBackendEnum.FLASHINFER, f"{backend.__name__}.FlashInferBackend")
-    elif check_step(step):
-        register_backend(AttentionBackendEnum.FLASHINFER, backend_class_path(step))
+        return f"{backend.__name__}.FlashInferBackend"
+    return backend_class_path(step) if check_step(step) else None
+
+
+def use_step(step: int, backend: ModuleType | None = None) -> None:
+    """From now on, in this process, AttentionBackendEnum.FLASHINFER is step `step` (0: vLLM's own), or the
+    `FlashInferBackend` of `backend`, a module standing for that step (a reader's exercise)."""
+    _use_backend(_class_path(step, backend))
+
+
+def _use_backend(class_path: str | None) -> None:
+    from vllm.v1.attention import selector
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    if class_path:
+        register_backend(AttentionBackendEnum.FLASHINFER, class_path)
     else:
         AttentionBackendEnum.FLASHINFER.clear_override()
     selector._cached_get_attn_backend.cache_clear()  # the selector memoises its answers
@@ -60,19 +68,20 @@ def register() -> None:
 
 
 @contextmanager
-def using_step(step: int, backend: ModuleType | None = None):
-    """AttentionBackendEnum.FLASHINFER is step `step` (or `backend`'s, see `use_step`) inside the block, and what it
-    was before after it."""
-    from vllm.v1.attention import selector
-    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES, AttentionBackendEnum, register_backend
+def using_backend(class_path: str | None):
+    """AttentionBackendEnum.FLASHINFER is the class at `class_path` (None: vLLM's own) inside the block, and what it was
+    before after it."""
+    from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES, AttentionBackendEnum
 
     saved = _ATTN_OVERRIDES.get(AttentionBackendEnum.FLASHINFER)
-    use_step(step, backend)
+    _use_backend(class_path)
     try:
         yield
     finally:
-        if saved is None:
-            AttentionBackendEnum.FLASHINFER.clear_override()
-        else:
-            register_backend(AttentionBackendEnum.FLASHINFER, saved)
-        selector._cached_get_attn_backend.cache_clear()
+        _use_backend(saved)
+
+
+def using_step(step: int, backend: ModuleType | None = None):
+    """AttentionBackendEnum.FLASHINFER is step `step` (or `backend`'s, see `use_step`) inside the block, and what it
+    was before after it."""
+    return using_backend(_class_path(step, backend))

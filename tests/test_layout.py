@@ -13,6 +13,7 @@ TOP_LEVEL = {  # top-level modules: what each may import from dflash_fi
     "vocabulary": (), "errors": (), "logs": (), "stack": ("dflash_fi.errors", "dflash_fi.vocabulary"),
     # the evidence summary's one reader (and writer): its typed views are the engine's records and the checks
     "summary": ("dflash_fi.errors", "dflash_fi.stack", "dflash_fi.engine", "dflash_fi.evidence"),
+    "upstream": ("dflash_fi.errors", "dflash_fi.stack"),
     "plugin": ("dflash_fi.steps", "dflash_fi.stack", "dflash_fi.errors"),
 }
 MAX_LINES = 260

@@ -24,7 +24,8 @@ import torch
 
 
 class PrefillWrapperDouble:
-    """Double of flashinfer.BatchPrefillWithPagedKVCacheWrapper (its CUDA-graph mode too: fixed batch size). Outside
+    """Double of flashinfer.BatchPrefillWithPagedKVCacheWrapper (its CUDA-graph mode too: fixed batch size), and of
+    the ragged-KV wrapper DCP plans its new tokens on (plan() only). Outside
     CUDA-graph mode, `plan()` keeps the page table as FlashInfer's does (host arrays copied, device arrays as given)
     and `run()` attends over whatever page table the wrapper's buffers hold when it runs, as FA2's kernel does."""
 
@@ -307,6 +308,7 @@ def flashinfer_gpu_doubles(backend_module: ModuleType):
     """Swap the GPU-only names of one FlashInfer backend module (stock or patched) for the doubles."""
     replacements = {
         "BatchPrefillWithPagedKVCacheWrapper": PrefillWrapperDouble,
+        "BatchPrefillWithRaggedKVCacheWrapper": PrefillWrapperDouble,  # DCP's new tokens (plan() only)
         "BatchDecodeWithPagedKVCacheWrapper": DecodeWrapperDouble,
         "MultiLevelCascadeAttentionWrapper": CascadeWrapperDouble,
         "fast_plan_decode": fast_plan_decode_double,

@@ -59,9 +59,6 @@ class RoutingLab:
 
         from dflash_fi.lab.gpu_doubles import DcpGroupDouble, flashinfer_gpu_doubles
         from dflash_fi.lab.pretend_gpu import pretend_gpu
-        from dflash_fi.plugin import using_step
-        from dflash_fi.steps import backend_module
-
         # Model configs are read before pretending: inspecting model classes imports CUDA-only kernels.
         model_config = ModelConfig(
             model=str(self.target_dir), tokenizer=str(self.target_dir), dtype="bfloat16",
@@ -74,8 +71,7 @@ class RoutingLab:
             target_parallel_config=parallel_config)
         if not self.on_gpu:
             stack.enter_context(pretend_gpu(self.capability, trtllm=self.trtllm))
-        stack.enter_context(using_step(self.step, self.backend))
-        self.module = self.backend or backend_module(self.step)
+        self.module = self._backend(stack)
         if not self.on_gpu:  # pretended GPUs have doubles of FlashInfer's wrappers and vLLM's Triton kernels
             stack.enter_context(flashinfer_gpu_doubles(self.module))
         if self.dcp:
@@ -130,6 +126,33 @@ class RoutingLab:
             self.layers[role] = layers  # vLLM's Attention layers, their impl's forward() included
         self.kv_cache_spec = spec
 
+    def _backend(self, stack: ExitStack):
+        """The FlashInfer module the lab drives (the step's, or one given in its place), made FLASHINFER for vLLM's
+        selector while the lab is open."""
+        from dflash_fi.plugin import using_step
+        from dflash_fi.steps import backend_module
+
+        stack.enter_context(using_step(self.step, self.backend))
+        return self.backend or backend_module(self.step)
+
+    @property
+    def rejection(self) -> dict:
+        """Per role, the ValueError vLLM's selector raised for FLASHINFER, or None."""
+        return {role: raised and raised.error for role, raised in self.selection.items()}
+
+    def run_dflash_check(self, md, cad) -> AssertionError | None:
+        """DFlash's own check of a draft build's metadata, run here: None when it passes, else its AssertionError."""
+        from vllm.v1.spec_decode.dflash import DFlashProposer
+        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+        with mock.patch.object(SpecDecodeBaseProposer, "build_per_group_and_layer_attn_metadata",
+                               return_value=([md], {name: md for name in self.builders["draft"][1]})):
+            try:
+                DFlashProposer.build_per_group_and_layer_attn_metadata(self._proposer, cad)
+            except AssertionError as exc:
+                return exc
+        return None
+
     def __exit__(self, *exc):
         self._stack.close()
 
@@ -161,8 +184,6 @@ class RoutingLab:
 
     def route(self, batch: Batch) -> Route:
         from vllm.config import set_current_vllm_config
-        from vllm.v1.spec_decode.dflash import DFlashProposer
-        from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
         builder, names, config = self.builders[batch.role]
         given = {"batch": batch, "selection_refused": self.selection[batch.role],
@@ -180,13 +201,8 @@ class RoutingLab:
         }
         if batch.role == "draft":
             found["host_seq_lens_copied"] = cad._seq_lens_cpu is not None
-            per_layer = {name: md for name in names}
-            with mock.patch.object(SpecDecodeBaseProposer, "build_per_group_and_layer_attn_metadata",
-                                   return_value=([md], per_layer)):
-                try:
-                    DFlashProposer.build_per_group_and_layer_attn_metadata(self._proposer, cad)
-                except AssertionError as exc:
-                    found["dflash_check"] = Raised(exc)
+            if failed := self.run_dflash_check(md, cad):
+                found["dflash_check"] = Raised(failed)
         return Route(**given, **found)
 
     def route_all(self, batches=STANDARD_BATCHES) -> list[Route]:
