@@ -153,65 +153,16 @@ def walkthrough(args) -> int:
     return main(num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
 
 
-def _section(section, data: dict, rows: dict | None, started: float) -> None:
-    import dflash_fi.summary as S
-    from dflash_fi.stack import run_context
-
-    print(f"evidence summary ({section.key}): {S.write(section, data, S.provenance(run_context(), time.time() - started), rows)}")
-
-
 def bench(args) -> int:
-    import dflash_fi.summary as S
-    from dflash_fi.stack import require_gpu
+    from dflash_fi.bench.record import bench
 
-    if args.what == "e2e":
-        from dflash_fi.bench.e2e import require_rounds
-
-        require_rounds(args.rounds)  # before the GPU: bad input is refused first
-    gpu, started = require_gpu(f"dflash-fi bench {args.what}"), time.time()
-    if args.what == "kernels":
-        from dflash_fi.bench.kernels import run_kernel_bench
-
-        results = run_kernel_bench(quick=args.quick)
-        if args.record:
-            _section(S.Section.BENCH_KERNELS, {"rows": len(results["rows"])}, results, started)
-        else:
-            S.keep(f"{S.gpu_slug(gpu.name)}.bench-kernels.json", results)
-        return 0
-    from dflash_fi.bench.e2e import run_e2e_bench
-    from dflash_fi.bench.turns import targets, targets_table, turns_of, turns_table
-    from dflash_fi.engine.identity import Pair
-
-    pairs = {"all": (Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), "embedded": (Pair.EMBEDDED,),
-             "shape": (Pair.QWEN3_4B_SHAPE,)}[args.models]
-    with contextlib.redirect_stdout(tee := S.Tee(sys.stdout)):  # its transcript is kept beside the results
-        results = run_e2e_bench(quick=args.quick, pairs=pairs, rounds=args.rounds)
-        turns = turns_of(results, "this run")
-        for pair in turns.pairs():
-            print(f"\n{pair.value}:\n{turns_table(turns, pair)}")
-        judged = targets(turns)
-        print(f"\n{targets_table(judged)}")
-    S.keep(f"{S.gpu_slug(gpu.name)}.bench-e2e.txt", tee.kept.getvalue())
-    if args.record:
-        _section(S.Section.BENCH_E2E, {"warm_up_rounds": results["warm_up_rounds"],
-                                       "targets": [t.to_json() for t in judged]}, results, started)
-    else:
-        S.keep(f"{S.gpu_slug(gpu.name)}.bench-e2e.json", results)
-    return 0
+    return bench(args.what, args.quick, args.models, args.rounds, args.record)
 
 
 def profile(args) -> int:
-    import dflash_fi.summary as S
-    from dflash_fi.bench.profile import run_profiles
-    from dflash_fi.stack import require_gpu
+    from dflash_fi.bench.record import profile
 
-    gpu, started = require_gpu("dflash-fi profile"), time.time()
-    results = run_profiles()
-    if args.record:
-        _section(S.Section.PROFILE, {"engines": len(results["engines"])}, results, started)
-    else:
-        S.keep(f"{S.gpu_slug(gpu.name)}.build-profile.json", results)
-    return 0
+    return profile(args.record)
 
 
 def record(args) -> int:

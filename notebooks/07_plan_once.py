@@ -25,7 +25,8 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
-from dflash_fi.notebook import check, setup, show, show_hunks, skip, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, show_hunks, skip, verdict
 
 # The engines of "On the GPU" start now, in the background: each takes most of a minute.
 live_runs = [P.FLASH_ATTN_GRAPHS, *(P.graphs_run(step) for step in (7, 8)), P.graphs_fi_target_run(8)]
@@ -160,6 +161,37 @@ verdict(f"of {len(over[8])} draft steps, step 8 plans at {planned} (the first, a
         "that left emptied; step 7 plans at every one.")
 
 # %% [markdown]
+# ## Step 9: no plan at all, on Hopper
+#
+# A kept plan still costs a key check, one page-table launch and `build()`'s Python. On SM 9.0 FlashInfer's XQA kernel
+# reads vLLM's block table and the exact `seq_lens` on the GPU and takes one query length per batch with a mask, so a
+# DFlash draft block needs neither `plan()` nor a page table. Upstream took this route in vLLM #50439; step 9 writes
+# it for 0.22.1, hunk by hunk. First the kernel's entry point and what it compiles:
+
+# %%
+show_hunks(9, only=[1, 2], max_lines=24, context=1)
+
+# %% [markdown]
+# The mask is one row of bits per query, every bit of the block set: a DFlash query sees its whole block. What XQA
+# does not compile (head and page sizes, FP8 caches, whose Hopper kernel masks causally) keeps step 8's path. Then
+# the metadata a draft step carries on XQA, and where `build()` hands a draft step to it:
+
+# %%
+show_hunks(9, only=[3, 4, 5, 6, 7], max_lines=30, context=1)
+
+# %% [markdown]
+# A uniform non-causal block goes to XQA before any plan is looked at; everything else, ragged blocks included, takes
+# step 8's path. Last, `forward()` runs XQA with the query and the cache as vLLM holds them:
+
+# %%
+show_hunks(9, only=[8], max_lines=30, context=1)
+
+# %% [markdown]
+# No `plan()`, no wrapper, no page table: the host work left in a draft build is the metadata's few fields. The
+# engine benchmark (notebook 8) measures what that saves; `tests/gpu/test_xqa.py` checks XQA against the reference
+# and step 8 as batches change step to step.
+
+# %% [markdown]
 # ## On the GPU
 #
 # FlashInfer's fa2 kernel, bf16 and fp8 KV, through the draft steps above: each kept plan against a fresh plan of the
@@ -221,3 +253,4 @@ session.check_walkthrough(live_runs);
 from dflash_fi.notebook import show_step_diff
 
 show_step_diff(8)
+show_step_diff(9)

@@ -23,7 +23,8 @@
 # taught into 0.33.0. Every claim about upstream comes from its code, or from the PR thread named with it.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import check, setup, show, verdict
+from dflash_fi.evidence.live import setup
+from dflash_fi.notebook import check, show, verdict
 from dflash_fi.upstream import SHA256, source
 
 session = setup("09_vllm_today")
@@ -154,7 +155,7 @@ check("each step's row is what the releases' code shows", all(r.since() == r.cla
 # - Upstream did what this project did not: FLASH_ATTN first for a non-causal layer on Blackwell (#48167), and a
 #   DFlash draft on FlashInfer's XQA kernel on SM 9.0 and 12.x (#50439, #49718), which needs no `plan()`; for
 #   causal spec decoding below SM 9.0, full graphs from fa2's decode wrapper rather than from prefill wrappers.
-# - This project did what upstream has not: the FA2 kernel for draft blocks (step 5), CUDA-graph prefill wrappers
+# - This project did what upstream has not: FlashInfer's fa2 kernel for draft blocks (step 5), CUDA-graph prefill wrappers
 #   (step 6), planning a draft from host bounds (step 7), planning once (step 8). The drafter still captures
 #   piecewise graphs only, as in 0.22.1.
 # - Open upstream, as far as public threads show: #57352 (FlashInfer plans without copying `seq_lens` from the GPU,

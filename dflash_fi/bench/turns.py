@@ -1,8 +1,7 @@
 """The engine benchmark's results (`dflash-fi bench e2e`: engines in turns): paired rounds, intervals and targets.
 
 Embedded pair: tokens/s at the median step (`GenerateResult.decode_tokens_per_s`) of the final FlashInfer draft over
-the FLASH_ATTN draft's. Qwen3-4B shape: time per
-decoding step (the median interval between engine steps), FlashInfer over FLASH_ATTN, minus 1. Host build time: the
+the FLASH_ATTN draft's. Qwen3-4B shape: time per decoding step (the median interval between engine steps), FlashInfer over FLASH_ATTN, minus 1. Host build time: the
 attention metadata builds per decoding step, summed over builders, final FlashInfer draft minus FLASH_ATTN draft.
 Each with a 95% interval over the measured rounds (`dflash_fi.bench.stats`), beside the A/A pair's.
 """

@@ -36,6 +36,7 @@ LANDS = {
     6: ("plan", "plan", "claim", "build", "build"),
     7: ("build", "build", "build", "build", "build", "plan", "build", "plan", "plan", "plan", "run"),
     8: ("plan", "build", "build", "build", "plan", "build", "build", "build", "build"),
+    9: ("kernel", "build", "build", "build", "build", "build", "build", "run"),
 }
 
 

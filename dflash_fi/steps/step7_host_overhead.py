@@ -1,7 +1,7 @@
 """Step 7 - no host overhead: the FlashInfer draft plans from host-side bounds and builds nothing nobody reads.
 
 With step 6 the engine keeps its full CUDA graphs, but each decoding step still pays for FlashInfer metadata
-on the host where the FLASH_ATTN draft pays almost nothing (`dflash-fi bench e2e`, `runs/*.bench-e2e*`):
+on the host where the FLASH_ATTN draft pays almost nothing (`dflash-fi bench e2e`):
 
 - **A copy that waits for the GPU.** DFlash builds its draft metadata with no host copy of the sequence
   lengths (`_seq_lens_cpu=None`), only `seq_lens_cpu_upper_bound` (it cannot know on the host how many drafts

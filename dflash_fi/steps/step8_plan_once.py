@@ -19,7 +19,7 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   step the contexts grow and the key stays. The key holds for uniform blocks only (every query max_query_len long,
   which one integer of `query_start_loc_cpu` tells), where it fixes `qo_indptr`: comparing the whole array instead
   (`np.array_equal` on its host copy) cost the host as much as the kernel launch
-  (`runs/nvidia-h200.build-profile-31f293d.json`). Any other plan of that wrapper (non-uniform queries, a non-causal
+  (a build profile taken then, in git history). Any other plan of that wrapper (non-uniform queries, a non-causal
   batch with exact host lengths) clears it.
 - **The plan holds while requests leave.** A request that leaves the batch keeps its row of the plan, empty: the
   builder sets the row's `qo_indptr` entries to the total (no queries, in the plan's own `_qo_indptr_buf`, and the
@@ -33,7 +33,7 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   queries) plans again, at the new size, so a plan never keeps more empty rows than requests have left since. Step 8
   as first landed planned again at every departure too, and the trained pair's requests finish at different steps:
   its draft builds at batch 8 and 32 cost the host more per step than the Qwen3-4B shape's at batch 32, whose
-  requests all finish together (`runs/nvidia-h200.bench-turns-afd2af4.json`). One wrapper serves every size: a cache
+  requests all finish together. One wrapper serves every size: a cache
   of wrappers per batch size would bring each its own 8 MB integer workspace on the GPU and 8 MB of pinned host
   memory.
 - **The exact page table in one launch.** A Triton kernel next to vLLM's `_copy_page_indices_kernel` writes
@@ -41,7 +41,7 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   program per row of the plan (each sums the pages of the rows before it; rows past the batch get none), into the
   builder's persistent GPU buffers. After its first launch the builder launches the compiled kernel itself: Triton's
   dispatch (binding the arguments, specializing on them, looking the kernel up) cost the host more than the launch
-  in the profile taken before this hunk (`runs/nvidia-h200.build-profile-c97f3e8.json`: `JITFunction.run` against
+  in the profile taken before this hunk (`JITFunction.run` against
   the launcher), and the kernel is declared not to specialize on what changes between calls (`do_not_specialize`).
   The planned wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
   `_paged_kv_last_page_len_buf`); its plan and its `_qo_indptr_buf` are plan()'s own and hold with the key. Step 7's
