@@ -174,7 +174,7 @@ verdict(f"steps {PR_43081_STEPS[0]}-{PR_43081_STEPS[-1]} are PR #43081; steps "
 
 # %%
 from dflash_fi.bench.e2e import BATCH1_PROMPTS, NEW_TOKENS, SHAPE_BATCH1_PROMPTS, SHAPE_NEW_TOKENS
-from dflash_fi.evidence.near_ties import committed_margin
+import dflash_fi.summary as S
 from dflash_fi.engine.workloads import MIXED_MAX_NUM_SEQS, MIXED_MAX_TOKENS, MIXED_PROMPT_BYTES, MIXED_REQUESTS
 from dflash_fi.evidence.live import LIVE_NEW_TOKENS, LIVE_PROMPTS
 
@@ -183,7 +183,7 @@ show("| where | prompts x new tokens | what runs |\n|---|---|---|\n"
      f"| live cells of notebooks 1-6 | {LIVE_PROMPTS} x {LIVE_NEW_TOKENS} | small vLLM engines on the GPU, and the "
      "reference decoder on the same prompts |\n"
      "| the walkthrough (`dflash-fi walkthrough`; the check cells without a GPU) | 32 x 128, and the mixed workload "
-     "| every step's engine, committed under `runs/` |\n"
+     "| every step's engine, in the evidence summary |\n"
      f"| the engine benchmark | batch 1: one prompt alone, the first {BATCH1_PROMPTS} by turns, then 8 and 32 "
      f"together, x {NEW_TOKENS} | engines in turns (notebook 8); the Qwen3-4B shape: {SHAPE_BATCH1_PROMPTS} prompt at "
      f"batch 1, x {SHAPE_NEW_TOKENS} |")
@@ -195,29 +195,8 @@ verdict(f"live cells use {LIVE_PROMPTS} prompts because starting an engine costs
 # %% [markdown]
 # **tau differs between prompt sets** (held-out source files differ in how predictable they are), **and between
 # engines of one configuration**: a bf16 near-tie in the draft flips with the engine's memory settings. The text
-# stays the same, so what moves is the number of verification steps it took. The committed measurement
-# (`runs/nvidia-h200.engine-variation.json`): engines of two steps, the walkthroughs' own and repeats started with
-# other memory settings, all on the same 32 prompts:
-
-# %%
-from dflash_fi.runs import Kind, Runs
-
-variation = Runs().newest(Kind.ENGINE_VARIATION, "json").read()["runs"]
-by_step = {step: [r for r in variation if r["step"] == step] for step in sorted({r["step"] for r in variation})}
-for step, runs in by_step.items():
-    print(f"step {step}, {len(runs)} engines: tau {min(r['tau'] for r in runs):.3f} to {max(r['tau'] for r in runs):.3f},"
-          f" {min(r['num_drafts'] for r in runs)} to {max(r['num_drafts'] for r in runs)} verification steps")
-print("output tokens identical in all:", len({r["tokens_sha256"] for r in variation}) == 1)
-spread = max((max(r["tau"] for r in runs) - min(r["tau"] for r in runs)) / min(r["tau"] for r in runs)
-             for runs in by_step.values())
-moved = max(max(r["num_drafts"] for r in runs) - min(r["num_drafts"] for r in runs) for runs in by_step.values())
-live_steps = LIVE_PROMPTS * LIVE_NEW_TOKENS / min(r["tau"] for r in variation)  # about: tau = tokens / steps
-live_spread = moved / live_steps
-verdict(f"for the same text, engines of one configuration take up to {moved} verification steps more or fewer: tau "
-        f"moves up to {spread:.2%} on these 32 x 128, and about {live_spread:.2%} ({moved} of some {live_steps:.0f} "
-        f"steps) on a live cell's {LIVE_PROMPTS} x {LIVE_NEW_TOKENS}, such as the FLASH_ATTN draft's in notebooks 1-3. "
-        "Checks compare tau within 1%. Larger differences come from other prompts, or from a target whose own numbers "
-        "change (its backend, an FP8 cache).")
+# stays the same, so what moves is the number of verification steps it took; the checks allow for it (within 1% on
+# the same text).
 
 # %% [markdown]
 # **Outputs can part from plain decoding, and be right.** Verification runs the target's prefill kernels on
@@ -225,19 +204,15 @@ verdict(f"for the same text, engines of one configuration take up to {moved} ver
 # in different orders. Where the target's two best candidates are nearly tied, the choice can flip, and the
 # outputs part from there on. A broken kernel parts them anywhere. So an identity check looks at the first
 # position where an output parts from its baseline and asks the baseline's top-2 gap there (the glossary's words)
-# to be within a *near-tie margin*, measured from pairs of correct engines and committed (`dflash-fi near-ties
-# --record`). Engines record the gap wherever it is under 1 nat; a parting where none is recorded is at a confident
+# to be within a *near-tie margin*, measured from the walkthrough's own pairs of correct engines. Engines record the gap wherever it is under 1 nat; a parting where none is recorded is at a confident
 # token.
 
 # %%
-margin = committed_margin()
-if margin is None:
-    print("no near-tie margin is committed yet: run `dflash-fi near-ties --record` on a GPU")
-else:
-    verdict(f"{len(margin['pairs'])} comparisons of correct engines parted {margin['partings']} times, at top-2 gaps "
-            f"up to {margin['largest_gap']:.3f} nats ({margin['partings_at_confident_tokens']} at a confident token): "
-            f"the near-tie margin is {margin['margin']:.3f} nats ({margin['rule']}; `{margin['file']}`). A parting at "
-            "a larger gap fails a check, whatever share of outputs is identical.")
+margin = S.read().walkthrough()[2]
+verdict(f"the walkthrough's correct pairs parted {margin['partings']} times, at top-2 gaps up to "
+        f"{margin['largest_gap']:.3f} nats ({margin['partings_at_confident_tokens']} at a confident token): the near-tie "
+        f"margin is {margin['margin']:.3f} nats ({margin['rule']}). A parting at a larger gap fails a check, whatever "
+        "share of outputs is identical.")
 
 # %% [markdown]
 # **One prompt is not like the others.** The first held-out prompt sits in the boilerplate of a codec module

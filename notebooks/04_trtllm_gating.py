@@ -173,12 +173,12 @@ verdict(f"vLLM's FlashAttention answers version {rtx.flash_attn_version}; on the
 # reruns them all with `dflash-fi walkthrough`):
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence.report import recorded_walkthrough
+import dflash_fi.summary as S
 from dflash_fi.figures import tau_by_step
 from dflash_fi.steps import STEPS
 
-manifest, walkthrough, provenance = recorded_walkthrough()
-walkthrough_reference = manifest.reference
+walkthrough, walkthrough_reference, _, _, made = S.read().walkthrough()
+provenance = f"the evidence summary's walkthrough: {S.describe(made)}"
 eager = [P.FLASH_ATTN, *(P.step_run(s) for s in STEPS), P.FP8, P.RTX4090_STEP4]
 print(provenance)
 tau_by_step(walkthrough, walkthrough_reference, [run for run in eager if run in walkthrough]);
