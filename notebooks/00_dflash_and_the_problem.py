@@ -255,8 +255,6 @@ with wrapped_lines():
     check("stock vLLM 0.22.1 has no backend for the draft on an RTX 4090 with FP8",
           all(v["reasons"] for v in stock_4090_fp8) and {"FLASH_ATTN", "FLASHINFER", "TRITON_ATTN"} <= set(refused),
           ", ".join(refused) + " refuse")
-    check("tau moves by at most 1% between engines of one step, at the walkthrough's size and a live cell's",
-          spread <= 0.01 and live_spread <= 0.01, f"{spread:.2%}, about {live_spread:.2%}")
     check("the codec-table prompt stands out", first["tau_noncausal"] > 1.5 * others["tau_noncausal"])
 
 # %% [markdown]
