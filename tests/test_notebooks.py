@@ -72,13 +72,12 @@ def test_committed_notebook_is_executed_on_a_gpu_from_its_own_sources(script):
 @pytest.mark.skipif(not list(S.EVIDENCE_DIR.glob("*.json")), reason="no GPU evidence pass committed yet")
 def test_every_notebook_comes_from_the_evidence_pass_of_the_summary():
     summary = S.read()
-    commit = summary.entry(S.Section.WALKTHROUGH).provenance.commit
+    steps = summary.entry(S.Section.WALKTHROUGH).provenance.step_hash
     recorded = summary.entry(S.Section.NOTEBOOKS).data["notebooks"]
     for script in PAIRS:
         executed = nbformat.read(script.with_suffix(".ipynb"), as_version=4).metadata.get(METADATA_KEY) or {}
-        assert executed.get("commit") == commit, (
-            f"{script.stem} was executed at {executed.get('commit')}, the evidence pass at {commit}: run the notebooks "
-            "in the evidence pass")
+        assert executed.get("step_hash") == steps, (
+            f"{script.stem} ran other step modules than the evidence pass: run the notebooks in the evidence pass")
         assert recorded.get(script.stem, {}).get("source_sha256") == executed.get("source_sha256"), (
             f"the summary's notebooks section does not record {script.stem}'s execution: run it in the evidence pass")
 

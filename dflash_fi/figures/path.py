@@ -35,7 +35,7 @@ LANDS = {
     5: ("kernel", "kernel", "claim"),
     6: ("plan", "plan", "claim", "build", "build"),
     7: ("build", "build", "build", "build", "build", "plan", "build", "plan", "plan", "plan", "run"),
-    8: ("plan", "build", "build", "build", "plan", "build", "build", "build", "build"),
+    8: ("plan", "build", "build", "plan", "build", "plan", "build"),
     9: ("kernel", "build", "build", "build", "build", "build", "build", "run"),
 }
 
