@@ -21,10 +21,10 @@ EAGER_RUNS = [FLASH_ATTN, *(P.step_run(s) for s in range(7)), P.FP8]
 
 @pytest.fixture(scope="module")
 def recorded():
-    from dflash_fi.evidence.report import recorded_walkthrough
+    import dflash_fi.summary as S
 
-    manifest, records, _ = recorded_walkthrough()
-    return manifest, records
+    records, reference, _, _, _ = S.read().walkthrough()
+    return reference, records
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def walkthrough(recorded):
 
 @pytest.fixture(scope="module")
 def reference(recorded):
-    recorded = recorded[0].reference
+    recorded = recorded[0]
     if "per_position_acceptance" in recorded:
         return recorded
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
