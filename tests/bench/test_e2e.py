@@ -10,7 +10,7 @@ import pytest
 
 from dflash_fi.bench.e2e import e2e_plan, flash_attn_draft, flashinfer_draft, write_shape_models
 from dflash_fi.bench.stats import AtLeast, AtMost, Verdict, median_estimate, round_to_round
-from dflash_fi.bench.turns import (Turns, build_table, builds_per_step, ratio, targets, targets_table, turns_of,
+from dflash_fi.bench.turns import (Metric, Target, Turns, build_table, builds_per_step, ratio, targets, targets_table, turns_of,
                                    turns_table)
 from dflash_fi.engine.identity import Pair, RunId
 from dflash_fi.engine.records import (BatchRun, BuildKey, BuildTiming, EngineRecord, GenerateResult, Phase,
@@ -193,14 +193,15 @@ def test_the_targets_read_the_results_file_as_written():
     good, slow = turns([0.99, 0.985, 0.99, 0.98, 0.99]), turns([0.90, 0.91, 0.92, 0.90, 0.91], final_build_s=0.1)
     assert {t.verdict for t in targets(good)} == {Verdict.MET}
     found = {(t.what, t.batch): t for t in targets(slow)}
-    assert found[("tokens/s", 8)].verdict is Verdict.MISSED and found[("host build", 1)].verdict is Verdict.MISSED
-    aa = found[("tokens/s", 8)].aa
+    assert found[(Metric.TOKENS, 8)].verdict is Verdict.MISSED and found[(Metric.HOST_BUILD, 1)].verdict is Verdict.MISSED
+    aa = found[(Metric.TOKENS, 8)].aa
     assert aa.low <= 1.0 <= aa.high + 0.01  # the A/A pair: nothing differs, the interval sits at 1
     data = {"schema": 2, "warm_up_rounds": 1, "gpu": "GPU", "compute_capability": "9.0", "git_commit": "abc",
             "finished_at": "2026-12-01T00:00:00Z", "engines": [e.to_json() for e in slow.engines.values()]}
     again = turns_of(json.loads(json.dumps(data)), "f.json")
     assert [t.verdict for t in targets(again)] == [t.verdict for t in targets(slow)]
-    table = targets_table(slow)
+    assert [Target.from_json(t.to_json()).verdict for t in targets(slow)] == [t.verdict for t in targets(slow)]
+    table = targets_table(targets(slow))
     assert "| embedded, 8 | tokens/s at the median step at least 0.97x (low end 0.95x) |" in table and "| missed |" in table
     assert "| embedded, 1 | host build per step at most +0.05 ms |" in table
     # the A/A engine's tokens/s moves 1% between rounds, its step time not; the final draft's step time moves

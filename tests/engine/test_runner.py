@@ -156,7 +156,7 @@ def test_acceptance_between_two_readings_of_vllms_counters():
     ({"run": RunId(draft_backend="TRITON_ATTN")}, BadInput, "draft backend 'TRITON_ATTN'"),
     ({"run": RunId(target_backend="TRITON_ATTN")}, BadInput, "target backend 'TRITON_ATTN'"),
     ({"run": RunId(kv_cache_dtype="nvfp4")}, BadInput, "KV cache dtype 'nvfp4'"),
-    ({"run": RunId(step=9)}, UnknownStep, "unknown step 9"),
+    ({"run": RunId(step=99)}, UnknownStep, "unknown step 99"),
     ({"run": RunId(flash_attn_version=1)}, BadInput, "FlashAttention version 1"),
     ({"drafter": "./missing"}, MissingModelFiles, "neither an existing model directory nor a hub id"),
     ({"num_gpu_blocks": 0}, BadInput, "--num-gpu-blocks"),
