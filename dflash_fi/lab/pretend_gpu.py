@@ -70,6 +70,7 @@ def pretend_gpu(capability: tuple[int, int], trtllm: bool = False):
     import vllm.platforms as platforms
     from vllm.platforms.interface import DeviceCapability
     from vllm.utils import flashinfer as fi_utils
+    from vllm.v1.attention.backends import utils as backend_utils
 
     cuda_platform = cuda_platform_class()
     major, minor = capability
@@ -88,6 +89,8 @@ def pretend_gpu(capability: tuple[int, int], trtllm: bool = False):
     platform = platforms.current_platform
     saved_class = platform.__class__
     saved_trtllm = fi_utils.supports_trtllm_attention
+    # vLLM's selector sets the KV layout a backend requires (HND on SM 10.x) for the whole process.
+    saved_layout = backend_utils._KV_CACHE_LAYOUT_OVERRIDE
     platform.__class__ = pretended
     if trtllm:
         fi_utils.supports_trtllm_attention = _trtllm_available
@@ -98,6 +101,7 @@ def pretend_gpu(capability: tuple[int, int], trtllm: bool = False):
     finally:
         platform.__class__ = saved_class
         fi_utils.supports_trtllm_attention = saved_trtllm
+        backend_utils.set_kv_cache_layout(saved_layout)
         _clear_platform_caches()
         _refresh_import_time_platform_branches()
 

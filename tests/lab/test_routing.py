@@ -189,6 +189,17 @@ def test_nvfp4_refuses_a_non_causal_batch_but_not_a_causal_one():
             assert builder._get_prefill_wrapper(causal=True) is not None  # causal batches unaffected
 
 
+def test_a_pretended_blackwell_leaves_no_kv_layout_behind():
+    """vLLM's selector sets the KV layout a backend requires (HND for FlashInfer on SM 10.x) for the whole process;
+    a lab on a pretended Blackwell must not hand it to the next lab (whose forward() would permute the cache so)."""
+    from vllm.v1.attention.backends import utils
+
+    before = utils._KV_CACHE_LAYOUT_OVERRIDE
+    with RoutingLab(8, BLACKWELL, trtllm=True):
+        assert utils._KV_CACHE_LAYOUT_OVERRIDE == "HND"
+    assert utils._KV_CACHE_LAYOUT_OVERRIDE == before
+
+
 def test_a_failing_lab_leaves_nothing_installed():
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import _ATTN_OVERRIDES, AttentionBackendEnum
