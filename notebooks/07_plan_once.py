@@ -188,7 +188,7 @@ show_hunks(9, only=[8], max_lines=30, context=1)
 
 # %% [markdown]
 # No `plan()`, no wrapper, no page table: the host work left in a draft build is the metadata's few fields. The
-# engine benchmark (notebook 8) measures what that saves; `tests/gpu/test_xqa.py` checks XQA against the reference
+# engine benchmark (notebook 8) measures what that saves; `tests/gpu/test_xqa_kernel.py` checks XQA against the reference
 # and step 8 as batches change step to step.
 
 # %% [markdown]

@@ -75,3 +75,9 @@ def test_no_docstring_cites_a_file_of_the_committed_evidence():
              if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and (ast.get_docstring(node) or "")
              and ("evidence/nvidia" in ast.get_docstring(node) or "runs/nvidia" in ast.get_docstring(node))]
     assert not cited, f"docstrings that cite an evidence file: {cited}"
+
+
+def test_test_files_have_unique_names():
+    # pytest imports test files by basename (no __init__.py): a second test_x.py stops collection
+    names = [p.name for p in (PACKAGE.parent / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})

@@ -7,13 +7,17 @@ busy (`torch.cuda._sleep`) while one wrapper is planned for batch A, A's `run()`
 again for batch B. A device copy of the int workspace queued between A's plan and A's run (the probe) holds what A's
 run reads. The control plans B only after the GPU has finished with A.
 
-`tests/gpu/test_xqa.py` runs `main()` in a child process, so that a run that read the wrong schedule and faulted
-cannot take the test session's CUDA context with it. docs/plan-race.md says where vLLM's engines stand.
+Three cases, each its own process (`python -m dflash_fi.lab.plan_race probe|run|control`): `probe` queues the probe
+but not A's run (a run that reads B's schedule with A's grid may fault, and the fault would hide the bytes), `run`
+queues A's run too, and `control` plans B after a synchronize. `tests/gpu/test_xqa_kernel.py` runs each in a child,
+so that a faulting run cannot take the test session's CUDA context with it. docs/plan-race.md says where vLLM's
+engines stand.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 # Long enough that the host plans twice, runs and probes while the GPU still sleeps (checked: `gpu_was_busy`).
 SLEEP_CYCLES = 4_000_000_000
@@ -50,9 +54,13 @@ def _plan(wrapper, args: tuple, heads: tuple[int, int, int]):
                  kv_data_type=torch.bfloat16, disable_split_kv=True)
 
 
-def race(second_plan_waits: bool, seed: int = 0) -> dict:
-    """One experiment: plan A, queue A's run behind a sleeping GPU, plan B (after the GPU finished, if
-    second_plan_waits), then compare what A's run read and wrote."""
+CASES = ("probe", "run", "control")
+
+
+def race(case: str, seed: int = 0) -> dict:
+    """One experiment: plan A and probe behind a sleeping GPU, queue A's run (unless `probe`), plan B (after the GPU
+    finished, for `control`), then compare what the probe read and what A's run wrote."""
+    second_plan_waits, queue_run = case == "control", case != "probe"
     import torch
     from flashinfer import BatchPrefillWithPagedKVCacheWrapper
 
@@ -83,7 +91,8 @@ def race(second_plan_waits: bool, seed: int = 0) -> dict:
     plan_a = pinned.clone()
     probe = wrapper._int_workspace_buffer.clone()  # queued after A's copy: what A's run reads
     out = torch.full_like(q, float("nan"))
-    wrapper.run(q, kv, out=out)
+    if queue_run:
+        wrapper.run(q, kv, out=out)
     if second_plan_waits:
         torch.cuda.synchronize()
     _plan(wrapper, plan_second, heads)
@@ -96,17 +105,21 @@ def race(second_plan_waits: bool, seed: int = 0) -> dict:
     differ = differ[differ < probe.numel()]
     ref = paged_attention_reference(q, kv.float(), first.block_table_tensor, seq_lens,
                                     first.query_start_loc_cpu, causal=False).float()
-    return {"second_plan_waits": second_plan_waits, "gpu_was_busy_at_second_plan": gpu_was_busy,
+    return {"case": case, "gpu_was_busy_at_second_plan": gpu_was_busy,
             "bytes_where_plans_differ": int(differ.numel()),
             "run_read_first_plan": bool(differ.numel()) and bool((probe[differ] == plan_a[differ]).all()),
             "run_read_second_plan": bool(differ.numel()) and bool((probe[differ] == plan_b[differ]).all()),
-            "rows_not_written": int(out.isnan().any(-1).any(-1).sum()),
-            "max_abs_err": float((out.float() - ref).nan_to_num(float("inf")).abs().max())}
+            "rows_not_written": int(out.isnan().any(-1).any(-1).sum()) if queue_run else None,
+            "max_abs_err": float((out.float() - ref).nan_to_num(float("inf")).abs().max()) if queue_run else None}
 
 
-def main() -> None:
-    print(json.dumps([race(second_plan_waits=False), race(second_plan_waits=True)]))
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in CASES:
+        print(f"usage: python -m dflash_fi.lab.plan_race {'|'.join(CASES)}", file=sys.stderr)
+        return 2
+    print(json.dumps(race(argv[0])))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))

@@ -47,7 +47,7 @@ would read a stale one. `get_cudagraph_support` keeps step 6's answer for a draf
 
 The plan race (a wrapper planned again before its last `run()` ran): XQA plans nothing, so step 9's draft
 cannot meet it; `docs/plan-race.md` says why steps 4 and 8 do not either, to be confirmed by
-`tests/gpu/test_xqa.py`.
+`tests/gpu/test_xqa_kernel.py`.
 """
 
 from dflash_fi.steps import step8_plan_once as previous

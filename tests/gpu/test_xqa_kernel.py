@@ -1,6 +1,6 @@
 """GPU-only (an SM 9.0 GPU for XQA): step 9's draft on FlashInfer's real XQA kernel against the fp32 reference and
 against step 8's FA2 path, draft step by draft step as batch sizes and contexts change; the packed mask as the kernel
-reads it; and FlashInfer's plan race in isolation (docs/plan-race.md). Runs alone: `pytest tests/gpu/test_xqa.py`.
+reads it; and FlashInfer's plan race in isolation (docs/plan-race.md). Runs alone: `pytest tests/gpu/test_xqa_kernel.py`.
 The first XQA call JIT-compiles FlashInfer's XQA module (minutes without a cached build)."""
 
 import json
@@ -150,23 +150,33 @@ def test_xqa_reads_the_packed_mask_as_step9_packs_it(heads, num_reqs):
         "the two answers are too close to tell the masks apart", errors)
 
 
+def _race(case: str) -> tuple[int, dict | None]:
+    child = subprocess.run([sys.executable, "-m", "dflash_fi.lab.plan_race", case], capture_output=True, text=True,
+                           timeout=600)
+    lines = child.stdout.strip().splitlines()
+    return child.returncode, (json.loads(lines[-1]) if child.returncode == 0 and lines else None)
+
+
 @pytest.mark.step4
 @pytest.mark.step8
 def test_flashinfers_plan_race_in_isolation():
-    """A wrapper planned again before its queued run has executed hands that run the new plan; planned again after
-    the GPU finished, the run keeps its own (dflash_fi/lab/plan_race.py, in a child process: a run that read the
-    wrong schedule may fault). This shows the mechanism only; whether vLLM's engines reach it is docs/plan-race.md."""
-    child = subprocess.run([sys.executable, "-m", "dflash_fi.lab.plan_race"], capture_output=True, text=True,
-                           timeout=600)
-    assert child.returncode == 0, f"the experiment failed (rc {child.returncode}):\n{child.stderr[-4000:]}"
-    raced, control = json.loads(child.stdout.strip().splitlines()[-1])
-    assert raced["gpu_was_busy_at_second_plan"], (
+    """A wrapper planned again before its queued work has executed hands that work the new plan; planned again after
+    the GPU finished, the run keeps its own (dflash_fi/lab/plan_race.py, each case in a child process: a run that
+    read the wrong schedule may fault). This shows the mechanism only; whether vLLM's engines reach it is
+    docs/plan-race.md."""
+    rc, probe = _race("probe")
+    assert rc == 0 and probe, f"the probe-only experiment failed (rc {rc})"
+    assert probe["gpu_was_busy_at_second_plan"], (
         "the GPU had finished sleeping before the second plan(): SLEEP_CYCLES is too short here, or plan() waited "
-        f"for the GPU; the experiment shows nothing: {raced}")
-    assert raced["bytes_where_plans_differ"] > 0, f"the two plans wrote the same schedule: {raced}"
+        f"for the GPU; the experiment shows nothing: {probe}")
+    assert probe["bytes_where_plans_differ"] > 0, f"the two plans wrote the same schedule: {probe}"
+    assert probe["run_read_second_plan"], (
+        "work queued after plan A read A's schedule although the wrapper was planned again before it executed: "
+        f"FlashInfer no longer shares the pinned buffer across plans, and docs/plan-race.md must say so: {probe}")
+    rc, control = _race("control")
+    assert rc == 0 and control, f"the control failed (rc {rc})"
     assert control["run_read_first_plan"] and control["rows_not_written"] == 0 and control["max_abs_err"] < 2e-2, (
         f"planned again only after the GPU finished, the run should keep its plan and be right: {control}")
-    assert raced["run_read_second_plan"], (
-        "the queued run read its own plan although the wrapper was planned again before the run executed: "
-        "FlashInfer no longer shares the pinned buffer across plans, and docs/plan-race.md must say so: "
-        f"{raced}")
+    rc, raced = _race("run")  # A's run with B's schedule: a fault (rc != 0) or a wrong answer, never A's answer
+    assert rc != 0 or raced["rows_not_written"] > 0 or raced["max_abs_err"] >= 2e-2, (
+        f"A's run, queued before plan B, computed A's answer: the race did not reach the run: {raced}")
