@@ -130,6 +130,7 @@ def main(spec_path: str, result_path: str, address: str | None = None) -> int:
         graphs = llm.collective_rpc(instruments.cudagraph_state)[0]
         result["cudagraph_mode"], result["max_cudagraph_capture_size"] = graphs["mode"], graphs["max_capture_size"]
         result["flash_attn_version"] = llm.collective_rpc(instruments.flash_attn_version)[0]
+        result["async_scheduling"] = llm.collective_rpc(instruments.async_scheduling)[0]
         llm.collective_rpc(instruments.build_times, kwargs={"install": True})
         llm.collective_rpc(instruments.step_times, kwargs={"install": True})
 
@@ -143,6 +144,10 @@ def main(spec_path: str, result_path: str, address: str | None = None) -> int:
                                                                                                warm_up=True)]}]
         else:
             result["generates"] = {}
+            # plans watched where outputs are checked, not where host time is measured
+            watch_plans = not os.environ.get(instruments.PROFILE_BUILDS_ENV)
+            if watch_plans:
+                llm.collective_rpc(instruments.plan_watch, kwargs={"install": True})
             if os.environ.get(instruments.PROFILE_BUILDS_ENV):  # profile steady builds: compiles happen before
                 first = workload_requests(spec.workloads[0], texts, spec.num_prompts, spec.max_new_tokens)
                 generate(llm, [(as_prompt(t), min(n, 32)) for t, n in first], spec.run.speculative, detokenize=False)
@@ -150,7 +155,7 @@ def main(spec_path: str, result_path: str, address: str | None = None) -> int:
             for workload in spec.workloads:
                 requests = [(as_prompt(t), n) for t, n in
                             workload_requests(workload, texts, spec.num_prompts, spec.max_new_tokens)]
-                run = generate(llm, requests, spec.run.speculative, spec.logprobs, detokenize)
+                run = generate(llm, requests, spec.run.speculative, spec.logprobs, detokenize, watch_plans)
                 result["generates"][workload.value] = to_plain(run)
         if os.environ.get(instruments.PROFILE_BUILDS_ENV):
             result["build_profiles"] = llm.collective_rpc(instruments.build_profiles)[0]

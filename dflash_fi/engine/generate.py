@@ -14,8 +14,8 @@ import hashlib
 import json
 import time
 
-from dflash_fi.engine.instruments import build_times, step_times
-from dflash_fi.engine.records import (Acceptance, BatchRun, BuildKey, BuildTiming, GenerateResult, StepTimes,
+from dflash_fi.engine.instruments import build_times, plan_watch, step_times
+from dflash_fi.engine.records import (Acceptance, BatchRun, BuildKey, BuildTiming, GenerateResult, PlanWatch, StepTimes,
                                       decoding_steps)
 from dflash_fi.engine.spec import RunSpec
 
@@ -74,8 +74,9 @@ def builds_of(snapshot: list[dict]) -> tuple[BuildTiming, ...]:
 
 
 def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None = None,
-             detokenize: bool = True) -> GenerateResult:
-    """One `llm.generate` over (prompt, max_tokens) requests, greedy; its record."""
+             detokenize: bool = True, watch_plans: bool = False) -> GenerateResult:
+    """One `llm.generate` over (prompt, max_tokens) requests, greedy; its record (with `watch_plans`, what
+    `instruments.plan_watch`, installed, counted)."""
     from vllm import SamplingParams
 
     params = [SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=detokenize,
@@ -83,11 +84,14 @@ def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None
     before = counters(llm) if speculative else None
     llm.collective_rpc(build_times)  # reset
     llm.collective_rpc(step_times)
+    if watch_plans:
+        llm.collective_rpc(plan_watch)
     t0 = time.perf_counter()
     outputs = llm.generate([prompt for prompt, _ in requests], params, use_tqdm=False)
     seconds = time.perf_counter() - t0
     builds = builds_of(llm.collective_rpc(build_times)[0])
     intervals = llm.collective_rpc(step_times)[0]
+    plans = tuple(PlanWatch(**w) for w in llm.collective_rpc(plan_watch)[0]) if watch_plans else None
     tokens = tuple(tuple(o.outputs[0].token_ids) for o in outputs)
     accepted = acceptance(before, counters(llm)) if speculative else None
     return GenerateResult(
@@ -98,7 +102,8 @@ def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None
         tokens_sha256=hashlib.sha256(json.dumps(tokens).encode()).hexdigest(), tokens=tokens,
         tpot_ms=tpot_ms(outputs), acceptance=accepted,
         near_ties=tuple(near_ties(o) for o in outputs) if logprobs else None,
-        near_tie_cap=NEAR_TIE_CAP if logprobs else None, builds=builds, step_times=StepTimes.of(intervals))
+        near_tie_cap=NEAR_TIE_CAP if logprobs else None, builds=builds, step_times=StepTimes.of(intervals),
+        plans=plans)
 
 
 # Tokens of the generate that a resumed engine runs, unmeasured, before its turn's measured ones.

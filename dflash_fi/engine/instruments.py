@@ -7,6 +7,9 @@
                          and how many were larger than the largest captured graph
     step_times           the intervals between the model runner's successive steps
     build_profiles       with DFLASH_FI_PROFILE_BUILDS set: where the builds spent their host time (cProfile)
+    plan_watch           FlashInfer plan() calls per builder role, and those made while the same wrapper's previous
+                         plan had not reached the GPU yet (docs/plan-race.md)
+    async_scheduling     whether the engine schedules a step ahead of the GPU (vLLM's resolved setting)
 
 Everything returned is plain data (it crosses `collective_rpc`); `dflash_fi.engine.records` types it.
 """
@@ -47,6 +50,10 @@ def attention_backends(worker) -> dict[str, list[dict]]:
     return {role: [found[role][q] for q in sorted(found[role])] for role in found}
 
 
+def async_scheduling(worker) -> bool:
+    return bool(worker.model_runner.vllm_config.scheduler_config.async_scheduling)
+
+
 def cudagraph_state(worker) -> dict:
     compilation = worker.model_runner.compilation_config
     return {"mode": compilation.cudagraph_mode.name, "max_capture_size": compilation.max_cudagraph_capture_size}
@@ -81,12 +88,14 @@ def build_times(worker, install: bool = False) -> list[dict]:
             def timed_build(*args, **kwargs):
                 metadata = kwargs.get("common_attn_metadata", args[1] if len(args) > 1 else None)
                 profile = None if profiles is None else profiles.setdefault(key, cProfile.Profile())
+                _building[0] = key[0]
                 start = time.perf_counter()
                 try:
                     if profile is not None:
                         profile.enable()
                     return build(*args, **kwargs)
                 finally:
+                    _building[0] = None
                     if profile is not None:
                         profile.disable()
                     entry = times.setdefault(key, [0, 0.0, 0, 0])
@@ -108,6 +117,51 @@ def build_times(worker, install: bool = False) -> list[dict]:
     snapshot = [{"key": {"role": k[0], "backend": k[1], "layers": k[2]}, "builds": e[0], "seconds": e[1],
                  "largest_tokens": e[2], "above_largest_graph": e[3]} for k, e in times.items()]
     times.clear()
+    return snapshot
+
+
+_building: list = [None]  # the role whose build() is running (set by build_times' wrapper): who calls plan()
+
+
+# The head of a wrapper's pinned int workspace that a plan writes its schedule to (a DFlash batch's fits).
+SCHEDULE_BYTES = 1 << 16
+
+
+def plan_watch(worker, install: bool = False) -> list[dict]:
+    """[{"role", "plans", "pending", "pending_changed"}] since the last call (then reset). `install=True` wraps the
+    plan() of FlashInfer's prefill and decode wrappers (vLLM's `fast_plan_decode`, the target's graph decode, is
+    not watched). After each plan a CUDA event marks its copies on the stream; the next plan of the same wrapper
+    asks it without waiting: not reached yet, that plan rewrote the pinned buffer the copy still reads
+    (`pending`), and `pending_changed` if the schedule bytes it wrote differ from the previous plan's."""
+    import torch
+
+    if install and not hasattr(worker.model_runner, "_plan_watch"):
+        worker.model_runner._plan_watch = counts = {}
+        from flashinfer import BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper
+
+        def watched(plan):
+            def watched_plan(self, *args, **kwargs):
+                capturing = torch.cuda.is_current_stream_capturing()
+                entry = counts.setdefault(_building[0], [0, 0, 0])  # None: outside a build
+                last = None if capturing else getattr(self, "_dflash_fi_last_plan", None)
+                pending = last is not None and not last[0].query()
+                out = plan(self, *args, **kwargs)
+                entry[0] += 1
+                if not capturing:
+                    pinned = self._pin_memory_int_workspace_buffer
+                    schedule = pinned[:SCHEDULE_BYTES].clone()
+                    event = torch.cuda.Event()
+                    event.record()
+                    self._dflash_fi_last_plan = (event, schedule)
+                    entry[1] += pending
+                    entry[2] += pending and not torch.equal(schedule, last[1])
+                return out
+            return watched_plan
+        for cls in (BatchPrefillWithPagedKVCacheWrapper, BatchDecodeWithPagedKVCacheWrapper):
+            cls.plan = watched(cls.plan)
+    counts = getattr(worker.model_runner, "_plan_watch", {})
+    snapshot = [{"role": role, "plans": c[0], "pending": c[1], "pending_changed": c[2]} for role, c in counts.items()]
+    counts.clear()
     return snapshot
 
 

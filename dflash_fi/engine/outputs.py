@@ -39,6 +39,21 @@ class BuildTiming:
 
 
 @dataclass(frozen=True)
+class PlanWatch:
+    """FlashInfer plan() calls of one builder role over a generate (`instruments.plan_watch`): `pending` came while
+    the same wrapper's previous plan had not reached the GPU, `pending_changed` of those for another batch, which a
+    run queued behind the previous plan would read (the plan race, docs/plan-race.md)."""
+
+    role: Role | None  # None: a plan outside any metadata build
+    plans: int
+    pending: int
+    pending_changed: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "role", None if self.role is None else Role(self.role))
+
+
+@dataclass(frozen=True)
 class Acceptance:
     """vLLM's spec-decode counters over one generate."""
 
@@ -85,6 +100,10 @@ class GenerateResult:
     near_tie_cap: float | None = None
     builds: tuple[BuildTiming, ...] = ()
     step_times: StepTimes | None = None
+    plans: tuple[PlanWatch, ...] | None = None  # None: not watched (benchmarks, profiles)
+
+    def plan_watch(self, role: Role) -> PlanWatch | None:
+        return next((w for w in self.plans or () if w.role is role), None)
 
     @property
     def tau(self) -> float | None:
@@ -183,6 +202,8 @@ def generate_from_json(data: dict) -> GenerateResult:
                                          b["above_largest_graph"]) for b in data.get("builds") or ())
     if data.get("step_times"):
         values["step_times"] = StepTimes(**data["step_times"])
+    if data.get("plans") is not None:
+        values["plans"] = tuple(PlanWatch(**w) for w in data["plans"])
     return GenerateResult(**values)
 
 

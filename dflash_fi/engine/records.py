@@ -13,7 +13,7 @@ from enum import Enum
 
 from dflash_fi.engine.identity import RunId, Workload
 from dflash_fi.engine.outputs import (Acceptance, BatchRun, BuildKey, BuildProfile, BuildTiming, GenerateResult,
-                                      ProfiledFunction, Role, Round, StepTimes, TurnCpu, decoding_steps,
+                                      PlanWatch, ProfiledFunction, Role, Round, StepTimes, TurnCpu, decoding_steps,
                                       generate_from_json)
 from dflash_fi.engine.spec import BenchPlan, RunSpec
 
@@ -77,6 +77,7 @@ class EngineRecord:
     cudagraph_mode: str | None = None
     max_cudagraph_capture_size: int | None = None
     flash_attn_version: int | None = None  # what vLLM's get_flash_attn_version answered in the engine
+    async_scheduling: bool | None = None  # vLLM's resolved setting (None: recorded before it was)
     flash_attn_log_lines: tuple[str, ...] = ()
     engine_start_s: float | None = None
     generates: dict = field(default_factory=dict)  # Workload -> GenerateResult
@@ -118,7 +119,7 @@ class EngineRecord:
             target_backends=tuple(Backend(**b) for b in data.get("target_backends", ())),
             draft_backends=tuple(Backend(**b) for b in data.get("draft_backends", ())),
             cudagraph_mode=data.get("cudagraph_mode"), max_cudagraph_capture_size=data.get("max_cudagraph_capture_size"),
-            flash_attn_version=data.get("flash_attn_version"),
+            flash_attn_version=data.get("flash_attn_version"), async_scheduling=data.get("async_scheduling"),
             flash_attn_log_lines=tuple(data.get("flash_attn_log_lines", ())), engine_start_s=data.get("engine_start_s"),
             generates={Workload(w): generate_from_json(g) for w, g in (data.get("generates") or {}).items()},
             rounds=tuple(Round(r["index"], tuple(BatchRun(b["batch"], tuple(generate_from_json(g) for g in b["generates"]),
@@ -166,5 +167,5 @@ def short_backend(backend: Backend) -> str:
 
 
 __all__ = ["Acceptance", "Backend", "BatchRun", "BenchPlan", "BuildKey", "BuildProfile", "BuildTiming", "EngineRecord",
-           "Failure", "GenerateResult", "Phase", "ProfiledFunction", "Provenance", "Role", "Round", "StepTimes", "TurnCpu",
+           "Failure", "GenerateResult", "Phase", "PlanWatch", "ProfiledFunction", "Provenance", "Role", "Round", "StepTimes", "TurnCpu",
            "decoding_steps", "outcome", "short_backend"]

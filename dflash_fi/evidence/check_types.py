@@ -34,6 +34,7 @@ class CheckKind(Enum):
     GRAPH_MODES = "the CUDA-graph modes resolved"
     MIXED_SAME_OUTPUT = "mixed batches: same output (near-tie rule)"
     MIXED_SAME_TAU = "mixed batches: same tau, the batch changed shape"
+    NO_HARMFUL_REPLAN = "mixed batches, async scheduling: no plan rewrote a queued one for another batch"
 
 
 @dataclass(frozen=True)

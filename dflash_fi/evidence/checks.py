@@ -23,6 +23,7 @@ from dflash_fi.engine.records import EngineRecord, Phase, Role, outcome
 from dflash_fi.evidence import plan as P
 from dflash_fi.evidence.check_types import Check, CheckKind as K, CheckSpec, Judged, Verdict
 from dflash_fi.evidence.near_ties import near_tie_verdict
+from dflash_fi.evidence.plan_race import race_checks
 
 REFERENCE_TOLERANCE, KERNEL_TOLERANCE = 0.05, 0.01
 
@@ -224,6 +225,7 @@ def checks() -> tuple[CheckSpec, ...]:
                   lambda r, ctx: _both(_graph_mode(r[0], "FULL_AND_PIECEWISE"), _graph_mode(r[1], "PIECEWISE"))),
         *_identity_checks(),
         *_mixed_checks(),
+        *race_checks(),
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from dflash_fi.engine.identity import RunId, label
 from dflash_fi.engine.records import (Acceptance, Backend, BuildKey, BuildTiming, EngineRecord, Failure,
-                                      GenerateResult, Phase, Provenance)
+                                      GenerateResult, Phase, PlanWatch, Provenance, Role)
 from dflash_fi.engine.spec import RunSpec
 from dflash_fi.evidence import plan as P
 from dflash_fi.evidence.check_types import Check, CheckId, CheckKind as K
@@ -29,18 +29,23 @@ PROVENANCE = Provenance("NVIDIA H200", "9.0", {"vllm": "0.22.1", "flashinfer": "
                         "abc", "test", "2026-12-01T00:00:00Z")
 
 
-def output(tokens=TOKENS, tau=None, ties=TIES, larger=3):
+CALM_PLANS = (PlanWatch(Role.DRAFT, 40, 3, 0), PlanWatch(Role.TARGET, 80, 0, 0))  # pending, but the same schedule
+
+
+def output(tokens=TOKENS, tau=None, ties=TIES, larger=3, plans=CALM_PLANS):
     acceptance = None if tau is None else Acceptance(10, 150, round((tau - 1) * 10), (0.5,) * 15)
     return GenerateResult(
         num_requests=len(tokens), generate_s=1.0, output_tokens_per_s=100.0, steps=10.0,
         tokens_sha256=hashlib.sha256(json.dumps(tokens).encode()).hexdigest(), tokens=tokens, acceptance=acceptance,
         near_ties=ties, near_tie_cap=1.0,
-        builds=(BuildTiming(BuildKey("target step", "FLASH_ATTN", 4), 10, 0.001, 600, larger),))
+        builds=(BuildTiming(BuildKey("target step", "FLASH_ATTN", 4), 10, 0.001, 600, larger),), plans=plans)
 
 
-def ok(run: RunId, tau, tokens=TOKENS, graphs=None, mixed=None, target=(FLASH_ATTN,), draft=(FLASHINFER,)):
+def ok(run: RunId, tau, tokens=TOKENS, graphs=None, mixed=None, target=(FLASH_ATTN,), draft=(FLASHINFER,),
+       async_scheduling=True):
     return EngineRecord(RunSpec(run=run, max_num_seqs=40), True, target_backends=target, draft_backends=draft,
                         cudagraph_mode=graphs or "NONE", max_cudagraph_capture_size=512, flash_attn_version=2,
+                        async_scheduling=async_scheduling,
                         generates={"uniform": output(tokens, tau), "mixed": mixed or output(tau=tau)},
                         provenance=PROVENANCE)
 
@@ -108,6 +113,12 @@ PARTED_CONFIDENTLY = ((1, 2, 3), (4, 5, 9))  # request 1 parts at position 2: a 
     (S(6), ok(S(6), 4.0, tokens=((9, 9, 9), (4, 5, 6))), by_id(K.SAME_OUTPUT_AND_TAU, S(6))),
     (S(FINAL), ok(S(FINAL), 3.9), by_id(K.SAME_OUTPUT_AND_TAU, S(FINAL))),
     (P.RTX4090_STOCK, ok(P.RTX4090_STOCK, 3.9), by_id(K.REFUSED_AT_SELECTION, P.RTX4090_STOCK)),
+    # the plan race: a draft plan rewrote a queued schedule for another batch; or no async scheduling to race with
+    (G(FINAL - 1), ok(G(FINAL - 1), 4.0, graphs="FULL_AND_PIECEWISE",
+                      mixed=output(tau=4.0, plans=(PlanWatch(Role.DRAFT, 40, 3, 1),))),
+     by_id(K.NO_HARMFUL_REPLAN, G(FINAL - 1))),
+    (S(4), ok(S(4), 4.0, async_scheduling=False), by_id(K.NO_HARMFUL_REPLAN, S(4))),
+    (S(4), ok(S(4), 4.0, mixed=output(tau=4.0, plans=None)), by_id(K.NO_HARMFUL_REPLAN, S(4))),
     (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9), by_id(K.ON_FLASHINFER_STILL_NON_CAUSAL, P.RTX4090_STEP4)),  # its target is not on FlashInfer
     (P.final_rtx4090(), ok(P.final_rtx4090(), 3.3, target=(FLASHINFER,)), by_id(K.ON_FLASHINFER_STILL_NON_CAUSAL, P.final_rtx4090())),
     (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9, tokens=PARTED_CONFIDENTLY, target=(FLASHINFER,)),

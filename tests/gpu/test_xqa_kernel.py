@@ -180,3 +180,39 @@ def test_flashinfers_plan_race_in_isolation():
     rc, raced = _race("run")  # A's run with B's schedule: a fault (rc != 0) or a wrong answer, never A's answer
     assert rc != 0 or raced["rows_not_written"] > 0 or raced["max_abs_err"] >= 2e-2, (
         f"A's run, queued before plan B, computed A's answer: the race did not reach the run: {raced}")
+
+
+@pytest.mark.step8
+def test_the_engines_plan_watch_sees_a_plan_made_while_the_last_ones_copy_is_queued():
+    """`instruments.plan_watch`, which the walkthrough's engines run (the race checks), on a real wrapper: two plans
+    behind a sleeping GPU, for two batches, count as pending and changed; after a synchronize, as neither."""
+    from types import SimpleNamespace
+
+    from flashinfer import BatchPrefillWithPagedKVCacheWrapper
+
+    from dflash_fi.engine import instruments
+    from dflash_fi.lab import plan_race
+
+    worker = SimpleNamespace(model_runner=SimpleNamespace())
+    original = BatchPrefillWithPagedKVCacheWrapper.plan
+    try:
+        instruments.plan_watch(worker, install=True)
+        heads = (4, 2, 128)
+        contexts = (37, 90, 150, 304)
+        a, b = (plan_race._plan_args(plan_race._batch(n, contexts)) for n in (4, 2))
+        wrapper = BatchPrefillWithPagedKVCacheWrapper(torch.empty(128 << 20, dtype=torch.uint8, device="cuda"),
+                                                      "NHD", backend="fa2")
+        plan_race._plan(wrapper, a, heads)  # JIT-loads outside what is counted
+        torch.cuda.synchronize()
+        instruments.plan_watch(worker)
+        torch.cuda._sleep(plan_race.SLEEP_CYCLES // 4)
+        plan_race._plan(wrapper, a, heads)
+        plan_race._plan(wrapper, b, heads)
+        raced = instruments.plan_watch(worker)
+        torch.cuda.synchronize()
+        plan_race._plan(wrapper, a, heads)
+        calm = instruments.plan_watch(worker)
+    finally:
+        BatchPrefillWithPagedKVCacheWrapper.plan = original
+    assert raced == [{"role": None, "plans": 2, "pending": 1, "pending_changed": 1}], raced
+    assert calm == [{"role": None, "plans": 1, "pending": 0, "pending_changed": 0}], calm
