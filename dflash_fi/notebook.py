@@ -44,10 +44,15 @@ def recorded(read, what: str):
 
 
 def verdict(text: str, width: int = 110) -> None:
-    """The sentence after a table or picture: 'What to see: ...', wrapped to the notebook's width."""
+    """The sentence after a table or picture: '**What to see:** ...', rendered as Markdown (a computed value in it
+    is written in the call's f-string), with the same sentence wrapped to `width` as its text/plain, which nbval
+    compares."""
     import textwrap
 
-    print(textwrap.fill(f"What to see: {text}", width, break_long_words=False, break_on_hyphens=False))
+    from IPython.display import display
+
+    plain = textwrap.fill(f"What to see: {text}", width, break_long_words=False, break_on_hyphens=False)
+    display({"text/markdown": f"**What to see:** {text}", "text/plain": plain}, raw=True)
 
 
 def show(markdown: str) -> None:
