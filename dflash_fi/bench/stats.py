@@ -73,14 +73,16 @@ class AtLeast:
 
 @dataclass(frozen=True)
 class AtMost:
-    """The whole interval at or below threshold."""
+    """estimate <= threshold, and the interval's high end <= ceiling (default: the threshold)."""
 
     threshold: float
+    ceiling: float | None = None
 
     def judge(self, e: Estimate | None) -> Verdict:
         if e is None:
             return Verdict.NOT_MEASURED
-        if e.high <= self.threshold:
+        ceiling = self.threshold if self.ceiling is None else self.ceiling
+        if e.value <= self.threshold and e.high <= ceiling:
             return Verdict.MET
         if e.low > self.threshold:
             return Verdict.MISSED
