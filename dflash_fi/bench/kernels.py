@@ -11,6 +11,7 @@ Every request brings one DFlash block (16 queries) and attends to its whole cont
     dflash-fi-final-graph  the same kernel in a CUDA-graph wrapper (`use_cuda_graph=True`, persistent index
                        buffers), as step 6 makes them for causal verify batches: what a draft block would cost
                        if a full graph replayed it (none does in vLLM 0.22.1)
+    flashinfer-xqa     FlashInfer's XQA kernel as step 9 calls a draft block on SM 9.0 (`dflash_fi.bench.xqa`)
     vllm-flash-attn    vLLM's FlashAttention varlen kernel, what the FLASH_ATTN draft runs (FA3 on SM 9.0)
 
 Rows whose `what` is "host ms per draft-step metadata build" time the builders instead (`dflash_fi.bench.builds`).
@@ -21,9 +22,8 @@ its row says "timing": "eager"). Error: the largest absolute difference from `df
 in fp32 on the very inputs the kernel read (None where the output holds NaN: an element the kernel never wrote).
 Bandwidth: KV bytes read (each request's context, K and V, once) over the median time, and its share of
 the device-to-device copy bandwidth measured in the same run (bytes read + written).
-Plan: host milliseconds of the FlashInfer wrapper's `plan()` for that shape (median of 20, the GPU idle
-before each call), the CPU work step 7's builder does before every draft step. vLLM's FLASH_ATTN draft
-builds its metadata with `fast_build=True` (no ahead-of-time FA3 scheduling), so its rows have no plan.
+Plan: host ms of the wrapper's `plan()` for that shape (median of 20, the GPU idle before each), the CPU work step
+7's builder does before every draft step; the FLASH_ATTN draft (`fast_build=True`) and XQA rows have no plan.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dflash_fi.bench.timing import copy_bandwidth_gbps, host_ms, time_ms
 from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_CACHE_DTYPE_NAMES, KV_PAGE_SIZE
 
 KERNELS = ("flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "dflash-fi-final", "dflash-fi-final-graph",
-           "vllm-flash-attn")
+           "flashinfer-xqa", "vllm-flash-attn")
 CONTEXTS = (512, 2048, 8192)
 BATCHES = (1, 8, 32)  # the engine benchmark's batches
 HEAD_DIM = 128
@@ -197,6 +197,9 @@ def measure(shape: Shape, kernel: str, workspace, copy_gbps: float, reference_ca
     try:
         if kernel == "vllm-flash-attn":
             k = vllm_flash_attn_kernel(inputs)
+        elif kernel == "flashinfer-xqa":
+            from dflash_fi.bench.xqa import xqa_kernel  # it imports this module
+            k = xqa_kernel(inputs)
         else:
             backend = {"flashinfer-auto": "auto", "flashinfer-fa2": "fa2", "flashinfer-fa3": "fa3"}.get(
                 kernel, final_step_backend())

@@ -117,22 +117,31 @@ def kernel_ratios(results: dict, kernel: str, baseline: str, kv_dtype: str = "bf
     return out
 
 
+def final_draft_kernel(results: dict, kv_dtype: str) -> str:
+    """The kernel the final step's draft runs at this KV dtype: XQA where it was measured (SM 9.0, bf16: step 9),
+    else the final step's FlashInfer wrapper."""
+    xqa = [r for r in kernel_rows(results) if r["kernel"] == "flashinfer-xqa" and r["kv_dtype"] == kv_dtype]
+    return "flashinfer-xqa" if any("median_ms" in r for r in xqa) else "dflash-fi-final"
+
+
 def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8), batches: tuple[int, ...] | None = None) -> list[dict]:
-    """Per shape (`batches`, default all): the final FlashInfer kernel against what the FLASH_ATTN draft runs (vLLM's
-    FlashAttention), and step 6's CUDA-graph wrapper against the plain one (the same kernel, another grid)."""
-    out = []
+    """Per shape (`batches`, default all): the final draft's kernel (`final_draft_kernel`) against what the
+    FLASH_ATTN draft runs (vLLM's FlashAttention), and step 6's CUDA-graph wrapper against the plain one."""
+    out, kernel = [], final_draft_kernel(results, kv_dtype)
     for rows, where in _shapes(results, kv_dtype, heads, batches):
-        final, fa, graph = (_median_ms(rows, kernel=k, **where)
-                            for k in ("dflash-fi-final", "vllm-flash-attn", "dflash-fi-final-graph"))
+        final, fa, wrapper, graph = (_median_ms(rows, kernel=k, **where) for k in
+                                     (kernel, "vllm-flash-attn", "dflash-fi-final", "dflash-fi-final-graph"))
         if final and fa:
-            out.append({"batch": where["batch"], "context": where["context"], "final_ms": final, "flash_attn_ms": fa,
-                        "final_over_flash_attn": final / fa, "graph_over_final": graph / final if graph else None})
+            out.append({"batch": where["batch"], "context": where["context"], "final_kernel": kernel,
+                        "final_ms": final, "flash_attn_ms": fa, "final_over_flash_attn": final / fa,
+                        "graph_over_final": graph / wrapper if graph and wrapper else None})
     return out
 
 
 def kernel_pivot_table(pivot: list[dict]) -> str:
-    lines = ["| batch x context | final FlashInfer, ms | vLLM FlashAttention, ms | final / FlashAttention | "
-             "CUDA-graph wrapper / plain |", "|---|---|---|---|---|"]
+    kernel = pivot[0]["final_kernel"] if pivot else "dflash-fi-final"
+    lines = [f"| batch x context | final draft ({kernel}), ms | vLLM FlashAttention, ms | final / FlashAttention | "
+             "CUDA-graph wrapper / plain wrapper |", "|---|---|---|---|---|"]
     for p in pivot:
         graph = f"{p['graph_over_final']:.2f}x" if p["graph_over_final"] else "-"
         lines.append(f"| {p['batch']} x {p['context']} | {p['final_ms']:.4f} | {p['flash_attn_ms']:.4f} | "

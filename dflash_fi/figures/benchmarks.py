@@ -83,7 +83,7 @@ def kernel_times(results: dict, num_qo_heads: int = 32, num_kv_heads: int = 8,
 def kernel_against_flash_attn(results: dict, batches: tuple[int, ...] | None = None, heads=(32, 8)):
     """The final FlashInfer kernel's time over vLLM's FlashAttention's (what the FLASH_ATTN draft runs), by batch: one
     panel per KV dtype, one line per context; FlashAttention is the thick reference line at 1."""
-    from dflash_fi.bench.results import kernel_ratios, kernel_rows
+    from dflash_fi.bench.results import final_draft_kernel, kernel_ratios, kernel_rows
 
     plt = pyplot()
     kv_dtypes = list(dict.fromkeys(r["kv_dtype"] for r in kernel_rows(results)))
@@ -91,7 +91,8 @@ def kernel_against_flash_attn(results: dict, batches: tuple[int, ...] | None = N
                              layout="constrained")
     handles = {}
     for ax, kv in zip(axes[0], kv_dtypes):
-        ratios = kernel_ratios(results, "dflash-fi-final", "vllm-flash-attn", kv, heads, batches)
+        final = final_draft_kernel(results, kv)
+        ratios = kernel_ratios(results, final, "vllm-flash-attn", kv, heads, batches)
         contexts = sorted({r["context"] for r in ratios})
         handles["reference"] = ax.axhline(1.0, color="black", linewidth=3.5, zorder=1)
         for context, style in zip(contexts, series_styles(len(contexts))):
@@ -102,11 +103,11 @@ def kernel_against_flash_attn(results: dict, batches: tuple[int, ...] | None = N
         ax.set_xticks(shown, [str(b) for b in shown])
         ax.minorticks_off()
         ax.grid(alpha=0.3)
-        ax.set_title(f"{kv} KV cache", fontsize=10)
+        ax.set_title(f"{kv} KV cache: the final draft runs {final}", fontsize=10)
         ax.set_xlabel("batch (requests of one 16-query block)", fontsize=9)
     axes[0][0].set_ylabel("time over vLLM's FlashAttention's\n(above 1: FlashInfer slower)")
     labels = {"reference": "vLLM's FlashAttention, what the FLASH_ATTN draft runs (= 1)",
-              **{k: f"final FlashInfer kernel, {k} tokens" for k in handles if k != "reference"}}
+              **{k: f"the final draft's kernel, {k} tokens" for k in handles if k != "reference"}}
     figure_legend(fig, list(handles.values()), [labels[k] for k in handles], ncol=2)
     fig.suptitle(f"{results.get('gpu', 'GPU')}: the final FlashInfer draft kernel against vLLM's FlashAttention, "
                  f"{heads[0]}/{heads[1]} heads", fontsize=11)

@@ -9,7 +9,8 @@ import torch
 
 from dflash_fi.bench.builds import WHAT, build_row, builder_names, count_plans, draft_builders
 from dflash_fi.bench.kernels import KERNELS, format_row, max_abs_err
-from dflash_fi.bench.results import ROW_KEYS, build_rows, build_summary, kernel_pivot, kernel_ratios, kernel_summary
+from dflash_fi.bench.results import (ROW_KEYS, build_rows, build_summary, final_draft_kernel, kernel_pivot, kernel_ratios,
+                                     kernel_summary)
 from dflash_fi.steps import FINAL_STEP
 
 
@@ -65,6 +66,21 @@ def test_a_file_without_host_build_rows_says_so_and_the_short_pivot_keeps_the_ba
               for name in builder_names() for kv in ("auto", "fp8")]
     assert {r["kv_dtype"] for r in build_rows({"rows": kernels + builds}, ("bf16",))} == {"bf16"}
     assert build_summary({"rows": builds}, ("fp8-e4m3",)).count("\n") == 2  # header, separator, one shape
+
+
+@pytest.mark.step9
+def test_the_final_drafts_kernel_is_xqa_where_xqa_was_measured():
+    fp8_xqa = kernel_row("flashinfer-xqa", kv_dtype="fp8-e4m3", error_type="NotBuilt", error="FP8 stays on FA2")
+    del fp8_xqa["median_ms"]
+    rows = [kernel_row(k, median_ms=0.02 if k == "flashinfer-xqa" else 0.01) for k in KERNELS]
+    rows += [kernel_row(k, kv_dtype="fp8-e4m3") for k in KERNELS if k != "flashinfer-xqa"] + [fp8_xqa]
+    results = {"rows": rows}
+    assert final_draft_kernel(results, "bf16") == "flashinfer-xqa"
+    assert final_draft_kernel(results, "fp8-e4m3") == "dflash-fi-final"
+    (bf16,) = kernel_pivot(results)
+    assert bf16["final_kernel"] == "flashinfer-xqa" and bf16["final_over_flash_attn"] == pytest.approx(2.0)
+    assert kernel_pivot(results, "fp8-e4m3")[0]["final_over_flash_attn"] == pytest.approx(1.0)
+    assert "error" in format_row(fp8_xqa) or "ERROR" in format_row(fp8_xqa)
 
 
 @pytest.mark.step7
