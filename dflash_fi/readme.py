@@ -77,6 +77,22 @@ def _sections(summary) -> str:
                      for s, e in summary.entries.items())
 
 
+def plan_race_line(checks) -> str | None:
+    """The plan race in the engines (docs/plan-race.md), from the walkthrough's race checks' numbers."""
+    from dflash_fi.evidence.check_types import CheckKind
+    from dflash_fi.evidence.plan_race import RACE_STEPS
+
+    race = [c for c in checks if c.id.kind is CheckKind.NO_HARMFUL_REPLAN and c.numbers]
+    if not race:
+        return None
+    total = {k: sum(c.numbers[k] for c in race) for k in ("async_scheduling", "draft_plans", "pending",
+                                                           "pending_changed")}
+    return (f"- The plan race ([`docs/plan-race.md`](docs/plan-race.md)): {len(race)} FlashInfer-draft engines of "
+            f"steps {', '.join(map(str, RACE_STEPS))} on the mixed workload, {total['async_scheduling']} with async "
+            f"scheduling: {total['draft_plans']} draft plans, {total['pending']} made while the wrapper's last plan "
+            f"was still queued, {total['pending_changed']} of those with another schedule.")
+
+
 def verdict() -> str:
     """At most ten lines: what the committed evidence says, and where the tables are."""
     import dflash_fi.summary as S
@@ -94,6 +110,8 @@ def verdict() -> str:
         lines.append(f"- The walkthrough: {counts[CheckVerdict.PASS]} of {len(checks)} checks pass "
                      f"({counts[CheckVerdict.FAIL]} fail, {counts[CheckVerdict.NOT_RUN]} not run); {len(records)} "
                      f"engines on {made.gpu}, commit {(made.commit or '?')[:10]}.")
+        if race := plan_race_line(checks):
+            lines.append(race)
     if S.Section.BENCH_E2E in summary.entries:
         found = stored_targets(summary)
         counts = {v: sum(t.verdict is v for t in found) for v in Verdict}
