@@ -62,6 +62,31 @@ def show(markdown: str) -> None:
     display(Markdown(markdown))
 
 
+def changed_rows(table: str, first: int = 1) -> str:
+    """A markdown table of one row per case and one column per step (from column `first` on), with the rows whose
+    step columns differ highlighted: the case's name bold and marked 'changes', and in each later column the parts
+    (split at '; ' and ', ') that differ from the column before it in bold. Rows that stay as they were stay plain."""
+    def parts(cell):
+        return [p for chunk in cell.split("; ") for p in chunk.split(", ")]
+
+    def bold_new(cell, before):
+        old = set(parts(before))
+        return "; ".join(", ".join(p if p in old or not p else f"**{p}**" for p in chunk.split(", "))
+                         for chunk in cell.split("; "))
+
+    out = []
+    for i, line in enumerate(table.splitlines()):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        steps = cells[first:]
+        if i < 2 or len(set(steps)) <= 1:
+            out.append(line)
+            continue
+        cells[first:] = [steps[0]] + [bold_new(c, b) for b, c in zip(steps, steps[1:])]
+        cells[:first] = [f"**{c}** (changes)" if j == 0 else c for j, c in enumerate(cells[:first])]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 # Code, diffs, engine calls: HTML with inline styles (nbconvert and GitHub keep them) and text/plain for nbval.
 def show_hunks(step: int, only: list[int] | None = None, max_lines: int | dict[int, int] = 30, context: int = 3,
                joined: bool = False) -> None:
@@ -107,6 +132,26 @@ def show_flashinfer_source(path: str, start: str, blocks: list[tuple[str, str]],
     from dflash_fi.figures.listings import file_excerpt
 
     display(file_excerpt(Path(flashinfer.__file__).parent / "data" / "include" / path, start, blocks, mark, "cpp"))
+
+
+def show_test(path: str, name: str) -> None:
+    """The test function `name` of the repository's `path` (e.g. 'tests/lab/test_routing.py'), its decorators and
+    body, as the repository holds it."""
+    from pathlib import Path
+
+    from IPython.display import display
+
+    from dflash_fi.figures.listings import code_block
+
+    lines = (Path(__file__).resolve().parent.parent / path).read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"def {name}("))
+    start = at
+    while start and lines[start - 1].startswith("@"):
+        start -= 1
+    end = next((i for i in range(at + 1, len(lines)) if lines[i] and not lines[i][0].isspace()
+                and not lines[i].startswith(")")), len(lines))
+    body = "\n".join(lines[start:end]).rstrip()
+    display(code_block(body, path))
 
 
 def lesson_map() -> str:

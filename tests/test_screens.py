@@ -34,20 +34,21 @@ PAGE = 40  # the page's own margins
 CELL = 12  # the gap around every cell
 CODE_LINE, CODE_PAD = 17, 12  # an input line; the editor's padding
 PRINT_LINE, PRINT_PAD, PRINT_CHARS = 17, 0, 160  # a printed line (wrapped at PRINT_CHARS); an output's padding
-HTML_LINE, HTML_PAD = 17, 25  # a line of a listing (code, diffs: their text/plain has one line per line)
+HTML_LINE, HTML_PAD = 17, 25  # a line of a listing (code, diffs: their text/plain has one line per line), unless
+# the listing sets its font size and line height
 FOLDED = 42  # a <details> folded: its summary line
 IMAGE_WIDTH = 1270  # a picture wider than this is scaled down to it
 MD_LINE, MD_CHARS = 23, 165  # a line of markdown prose; its characters (a code span's count 1.3 times)
 MD_PAD, MD_BLOCK = 6, 14  # a markdown cell's padding; the space between blocks
 HEADING = {1: 52, 2: 38, 3: 28}
 TABLE_ROW, TABLE_HEAD, TABLE_LINE = 30, 34, 21  # a table row; its header; each line a cell wraps to past the first
-TABLE_CELL_CHARS = 3  # a table cell's padding, in characters
+TABLE_CELL_CHARS, TABLE_CHARS = 3, 170  # a table cell's padding, and a row's width, in characters
 FENCE_LINE, FENCE_PAD = 17, 20  # a fenced code block in markdown
 
 
 def _width(text: str) -> float:
-    """Characters of prose a text takes: a code span's count 1.3 times, a link only its text."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    """Characters of prose a text takes: a code span's count 1.3 times, a link only its text, bold's stars none."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text).replace("**", "")
     spans = re.findall(r"`[^`]*`", text)
     return len(re.sub(r"`[^`]*`", "", text)) + 1.3 * sum(len(s) for s in spans)
 
@@ -65,7 +66,7 @@ def _table_px(rows: list[str]) -> float:
         return 0
     columns = max(len(r) for r in body)
     longest = [max(_width(r[c]) if c < len(r) else 1 for r in body) + TABLE_CELL_CHARS for c in range(columns)]
-    share = min(1.0, MD_CHARS / sum(longest))
+    share = min(1.0, TABLE_CHARS / sum(longest))
     px = TABLE_HEAD
     for row in body[1:]:
         lines = max(-(-int(_width(cell)) // max(4, int(longest[c] * share) - TABLE_CELL_CHARS))
@@ -132,7 +133,9 @@ def output_px(output) -> float:
             return FOLDED
         if "<table" in html and "text/plain" not in data:
             return TABLE_HEAD + TABLE_ROW * max(0, html.count("<tr") - 1)
-        return HTML_PAD + HTML_LINE * len(data.get("text/plain", "").splitlines())
+        size = re.search(r"font-size: (\d+)px; line-height: ([\d.]+)", html)  # a denser listing: its own lines
+        line = float(size[1]) * float(size[2]) + 0.8 if size else HTML_LINE
+        return HTML_PAD + line * len(data.get("text/plain", "").splitlines())
     if "text/markdown" in data:
         return markdown_px(data["text/markdown"])
     if "text/plain" in data:
