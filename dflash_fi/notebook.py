@@ -47,12 +47,16 @@ def verdict(text: str, width: int = 110) -> None:
     """The sentence after a table or picture: '**What to see:** ...', rendered as Markdown (a computed value in it
     is written in the call's f-string), with the same sentence wrapped to `width` as its text/plain, which nbval
     compares."""
+    import re
     import textwrap
 
     from IPython.display import display
 
     plain = textwrap.fill(f"What to see: {text}", width, break_long_words=False, break_on_hyphens=False)
-    display({"text/markdown": f"**What to see:** {text}", "text/plain": plain}, raw=True)
+    # Markdown's own characters are escaped outside `code spans`: a computed name like _buf or a*b stays as written.
+    parts = re.split(r"(`[^`]*`)", text)
+    markdown = "".join(part if i % 2 else re.sub(r"([\\*_<>\[\]#|])", r"\\\1", part) for i, part in enumerate(parts))
+    display({"text/markdown": f"**What to see:** {markdown}", "text/plain": plain}, raw=True)
 
 
 def show(markdown: str) -> None:

@@ -17,10 +17,10 @@
 # %% [markdown]
 # # 1 · How vLLM picks an attention backend, and the capability flag
 #
-# Every attention layer asks for its backend once, when the model is built: `get_attn_backend` packs what the layer
-# needs into an `AttentionSelectorConfig` (head size, dtypes, ... and `use_non_causal`) and asks the platform. A
-# DFlash engine asks on its own for the draft's layers, so the draft can run on FlashInfer while the target runs on
-# FlashAttention. This notebook shows that selection and step 1, which gets FlashInfer past it.
+# Every attention layer asks for its backend once, when the model is built: `get_attn_backend` packs what it needs
+# into an `AttentionSelectorConfig` (head size, dtypes, ... `use_non_causal`) and asks the platform. A DFlash engine
+# asks on its own for the draft's layers, which is how the draft can run on FlashInfer and the target on
+# FlashAttention. This notebook shows that selection, and step 1, which gets FlashInfer past it.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
@@ -48,20 +48,21 @@ from dflash_fi.lab.pretend_gpu import cuda_platform_class
 from dflash_fi.notebook import show_source
 
 show_source(cuda_platform_class().get_attn_backend_cls,
-            [(r"if selected_backend is not None:", r"_asdict"), (r"if invalid_reasons:", r"return selected_backend.get_path")],
+            [(r"if selected_backend is not None:", r"_asdict"),
+             (r"if invalid_reasons:", r"return selected_backend.get_path")],
             mark=(r"if selected_backend is not None", r"validate_configuration\("))
-show_source(SpecDecodeBaseProposer._create_draft_vllm_config, [(r"base = replace", r"backend=spec_cfg")],
+show_source(SpecDecodeBaseProposer._create_draft_vllm_config, [(r"Never inherit the attention", r"backend=spec_cfg")],
             mark=(r"attention_backend",))
 show_source(DFlashProposer._create_draft_vllm_config, [(r"base = super", r"use_non_causal")],
             mark=(r"use_non_causal",))
-show_source(AttentionBackend.validate_configuration, [(r"if use_non_causal and", r"non-causal attention not supported")])
+show_source(AttentionBackend.validate_configuration,
+            [(r"if use_non_causal and", r"non-causal attention not supported")])
 
 # %% [markdown]
 # ## The priority lists, and the draft's selection before and after step 1
 #
-# The list `_get_backend_priorities` returns under pretended GPUs (vLLM's real `CudaPlatform` reporting SM 8.9,
-# 9.0 and 10.0) and what stock vLLM 0.22.1 picks from it; then, per GPU and KV cache, before and after the
-# capability flag, FLASHINFER asked for the draft, and vLLM's pick with nothing asked for:
+# `_get_backend_priorities` under pretended GPUs (vLLM's real `CudaPlatform` reporting SM 8.9, 9.0 and 10.0); then,
+# per GPU and KV cache, before and after step 1: FLASHINFER asked for the draft, and vLLM's pick with none:
 
 # %%
 from dflash_fi.lab.selector import priority_inputs, priority_lists, priority_table, selector_matrix
@@ -107,8 +108,9 @@ show_hunks(1)
 # But nothing below the selector knows about non-causal attention yet (the path a draft layer takes after
 # selection is the appendix's picture). Step 1's real `FlashInferMetadataBuilder.build()` builds the draft's
 # metadata with no notion of causality, and DFlash's own guard (`build_per_group_and_layer_attn_metadata`, which
-# requires `causal is False` on every draft layer) refuses it, naming the draft's first layer: DFlash numbers its
-# layers on from the target's (`start_layer_id=target_layer_num`), in the lab and on the GPU alike:
+# requires `causal is False` on every draft layer) refuses it, naming the first draft layer it checks. DFlash
+# numbers the draft's layers on from the target's (`start_layer_id=target_layer_num`): the names printed below are
+# the ones the lab's and the GPU's message choose from, whichever layer the attention group lists first:
 
 # %%
 from dflash_fi.lab.batches import STANDARD_BATCHES
@@ -164,10 +166,9 @@ with wrapped_lines():
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# vLLM checks a requested backend alone, or walks the GPU's priority list asking each `validate_configuration`.
-# The draft asks with `use_non_causal=True`, and stock FlashInfer says no (with an FP8 cache and vLLM's
-# FlashAttention 2, nothing is left). Step 1 gets past the selector, into DFlash's own guard. Next, notebook 2: the
-# metadata builder (the third box of the appendix's picture), and a step that runs but is silently wrong.
+# vLLM checks a requested backend alone, or walks the GPU's list asking each `validate_configuration`; the draft
+# asks with `use_non_causal=True`, which stock FlashInfer refuses. Step 1 gets past the selector, into DFlash's own
+# guard. Next, notebook 2: the metadata builder, and a step that runs but is silently wrong.
 
 # %% [markdown]
 # ## Appendix

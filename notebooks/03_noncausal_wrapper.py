@@ -164,9 +164,10 @@ check(f"the walkthrough's {len(checks)} checks for step 3 pass", bool(checks) an
 # (`vllm/v1/attention/backends/flashinfer.py`, `build()` and `_get_prefill_wrapper()`), not run here.
 
 # %% [markdown]
-# **The kernel itself, against the reference.** On the GPU, FlashInfer's non-causal paged prefill on DFlash-shaped batches, with its fa2 kernel (all an RTX 4090
-# has) and with `auto` (PR #43081's choice), bf16 and fp8-e4m3 KV, against `dflash_fi.reference.paged_attention`
-# in fp32 ("kernel run": what FlashInfer dispatched; the last column: how far the *causal* reference is).
+# **The kernel itself, against the reference.** On the GPU, FlashInfer's non-causal paged prefill on DFlash-shaped
+# batches, with its fa2 kernel (all an RTX 4090 has) and with `auto` (PR #43081's choice), bf16 and fp8-e4m3 KV,
+# against `dflash_fi.reference.paged_attention` in fp32 ("kernel run": what FlashInfer dispatched; the last column:
+# how far the *causal* reference is).
 
 # %% tags=["gpu", "nbval-ignore-output", "appendix"]
 from dflash_fi.bench.accuracy import ERROR_BOUND, error_table, kernel_errors

