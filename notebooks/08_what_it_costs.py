@@ -33,8 +33,6 @@ session = setup("08_what_it_costs")
 turns = recorded(latest_turns, "engines in turns (`dflash-fi bench e2e --record`)")
 profile = recorded(latest_profile, "where builds spend host time (`dflash-fi profile --record`)")
 kernels = recorded(latest_kernels, "the kernel benchmark (`dflash-fi bench kernels --record`)")
-for read in (r for r in (turns and vars(turns), profile, kernels) if r):
-    print(f"read {read['file']} ({read['gpu']}, commit {read['git_commit'][:10]})")
 
 # %% [markdown]
 # ## The targets
@@ -67,8 +65,8 @@ if turns:
     noise = max((t.aa.high - t.aa.low for t in judged if t.aa and t.what is Metric.TOKENS), default=float("nan"))
     verdict(f"{len(count[Verdict.MET])} met, {len(count[Verdict.MISSED])} missed, {len(count[Verdict.UNRESOLVED])} "
             f"unresolved of {len(judged)}. The A/A pair's tokens/s intervals are up to {noise:.3f} wide: an interval "
-            "straddling 1.00 is noise as much as loss. Each missed host build is taken apart builder by builder and "
-            "function by function below; each step-time gap, in the step's accounting.")
+            "straddling 1.00 is noise as much as loss. Below, each gap by its causes: the step's parts, then the "
+            "builds builder by builder and function by function.")
 else:
     print("not recorded yet: no engine benchmark in the evidence summary")
 
@@ -77,16 +75,14 @@ else:
 #
 # Per decoding step (median of the measured rounds): each FlashInfer draft's step time minus the FLASH_ATTN draft's,
 # split into the host's metadata builds (all builders) and the draft's attention kernels (the kernel benchmark's
-# per-call difference at the drafter's heads and the shortest context, times its attention layers and forwards per
-# step; the kernel benchmark times one call over CUDA-graph replays at DFlash shapes, every shape in the appendix).
-# The rest no benchmark here measures; the A/A pair's difference shows how far noise alone moves a step:
+# per-call difference, one call timed over CUDA-graph replays at the drafter's heads and the shortest context, times
+# its attention layers and forwards per step). The rest nothing here measures; the A/A pair shows noise alone:
 
 # %%
 import statistics
 
 from dflash_fi.bench.e2e import NEW_TOKENS, flash_attn_draft, flashinfer_draft
-from dflash_fi.bench.kernels import CONTEXTS
-from dflash_fi.bench.kernels import BATCHES
+from dflash_fi.bench.kernels import BATCHES, CONTEXTS
 from dflash_fi.bench.results import final_draft_kernel, kernel_pivot, kernel_rows
 from dflash_fi.bench.turns import builds_per_step
 from dflash_fi.engine.identity import Pair, label
@@ -118,7 +114,7 @@ def account(pair, batch, step):
 
 
 def ms(v) -> str:
-    return "not measured" if v is None else f"{v:+.3f}"
+    return "not measured" if v is None else f"{v:+.3f}"  # a term no benchmark row gives
 
 
 if turns:
@@ -133,14 +129,15 @@ if turns:
     noise = max(abs(r["aa"]) for r in rows)
     within = [r for r in rows if abs(r["rest"]) <= noise]
     verdict(f"at embedded batch {acc9['batch']} (FLASH_ATTN draft: {acc9['fa_step']:.3f} ms a step) step 8's step "
-            f"differs by {acc8['gap']:+.3f} ms: {acc8['builds']:+.3f} builds, {ms(acc8['kernel'])} kernels "
-            f"({acc8['calls']:.0f} calls a step), {acc8['rest']:+.3f} unexplained; step 9's by {acc9['gap']:+.3f}: "
-            f"{acc9['builds']:+.3f} builds, {ms(acc9['kernel'])} kernels, {acc9['rest']:+.3f} unexplained. Two "
-            f"FLASH_ATTN engines that differ in nothing differ by up to {noise:.3f} ms a step, and {len(within)} of "
-            f"{len(rows)} unexplained gaps are no larger: those are noise. A larger one is what no benchmark here "
-            "times: the draft attention's own call on the host (FlashInfer's `run()` or XQA's Python against "
-            f"FlashAttention's), the kernel at the engine's own contexts (held-out prompts plus up to {NEW_TOKENS} "
-            f"tokens; the shortest measured is {min(CONTEXTS)}), or the host changing speed between turns. Per call, "
+            f"differs by {acc8['gap']:+.3f} ms: builds {acc8['builds']:+.3f}, kernels {ms(acc8['kernel'])} "
+            f"({acc8['calls']:.0f} calls a step), unexplained {acc8['rest']:+.3f}; step 9's by {acc9['gap']:+.3f}: "
+            f"builds {acc9['builds']:+.3f}, kernels {ms(acc9['kernel'])}, unexplained {acc9['rest']:+.3f}"
+            + (" (its XQA kernel inside it: the kernel benchmark has no XQA row at these heads)" if acc9["kernel"] is None
+               else "") + f". Two FLASH_ATTN engines that differ in nothing differ by up to {noise:.3f} ms a step, and "
+            f"{len(within)} of {len(rows)} unexplained gaps are no larger: noise. A larger one is what nothing here times: the draft "
+            "attention's own call on the host (FlashInfer's `run()` or XQA's Python against FlashAttention's), the "
+            f"kernel at the engine's contexts (prompts plus up to {NEW_TOKENS} tokens; the shortest measured is "
+            f"{min(CONTEXTS)}), or the host changing speed between turns. Per call, "
             f"{final_draft_kernel(kernels, 'bf16') if kernels else 'the final kernel'} is slower than FlashAttention at "
             f"{len(slower)} of {len(pivot)} bf16 shapes of 32/8 heads (appendix).")
 else:
@@ -183,16 +180,16 @@ def profiled(batch, role="draft step"):
     return [r for r in anatomy_rows(profile, batch, role, top=None) if "_lsprof" not in r["function"]]
 
 
-def anatomy_table(rows, top=3) -> str:
+def anatomy_table(rows, runs=profile_runs(), top=3) -> str:
     return "| run | function (file:line) | calls per build | own ms per build, profiled |\n|---|---|---|---|\n" + "\n".join(
         f"| {label(r['run'])} | `{r['function']}` ({r['file']}:{r['line']}) | {r['calls_per_build']:.1f} | "
-        f"{r['own_ms_per_build']:.4f} |" for run in profile_runs() for r in [r for r in rows if r["run"] == run][:top])
+        f"{r['own_ms_per_build']:.4f} |" for run in runs for r in [r for r in rows if r["run"] == run][:top])
 
 
 if profile:
     largest, (fa_run, step8_run, final_run) = max(profile_batches(profile)), profile_runs()
     found = profiled(largest)
-    show(anatomy_table(found))
+    show(anatomy_table(found, (fa_run, final_run)))  # step 8's: the appendix
     own = {run: sum(r["own_ms_per_build"] for r in found if r["run"] == run) for run in profile_runs()}
     plans = {run: sum(r["calls_per_build"] for r in found if r["run"] == run and r["function"] == "plan"
                       and r["file"].startswith("flashinfer/")) for run in profile_runs()}
@@ -227,7 +224,6 @@ if session.gpu_cell():
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.bench.kernels import CONTEXTS
 from dflash_fi.bench.results import build_rows
 
 builds = kernels and recorded(lambda: build_rows(kernels, ("bf16",)), "host-build rows of the kernel benchmark")
