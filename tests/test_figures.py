@@ -184,20 +184,22 @@ def test_kernel_times_show_both_kv_dtypes_and_six_distinct_kernels(drawn):
 
 def test_the_kernel_against_flash_attn_makes_flash_attn_the_line_that_stands_out(drawn):
     from dflash_fi.bench.kernels import BATCHES
-    from dflash_fi.bench.results import kernel_ratios, latest_kernels
+    from dflash_fi.bench.results import final_draft_kernel, kernel_ratios, kernel_rows, latest_kernels
 
     kernels = latest_kernels()
     fig = figures.kernel_against_flash_attn(kernels, BATCHES)
     drawn(fig)
     assert_reads_well(fig)
-    for ax in fig.axes:
+    kv_dtypes = list(dict.fromkeys(r["kv_dtype"] for r in kernel_rows(kernels)))  # one panel each, in this order
+    assert len(fig.axes) == len(kv_dtypes)
+    for ax, kv in zip(fig.axes, kv_dtypes):
         reference, *others = ax.lines
         assert list(reference.get_ydata()) == [1.0, 1.0]
         assert others and all(reference.get_linewidth() > 2 * line.get_linewidth() for line in others)
-        kv = ax.get_title().removesuffix(" KV cache")
         drawn_points = sorted(y for line in others for y in line.get_ydata())
-        assert drawn_points == sorted(r["ratio"] for r in kernel_ratios(kernels, "dflash-fi-final", "vllm-flash-attn",
-                                                                         kv, batches=BATCHES))
+        final = final_draft_kernel(kernels, kv)
+        assert drawn_points == sorted(r["ratio"] for r in kernel_ratios(kernels, final, "vllm-flash-attn", kv,
+                                                                         batches=BATCHES))
         assert {int(x) for line in others for x in line.get_xdata()} <= set(BATCHES)
     assert "vLLM's FlashAttention" in legend_texts(fig)[0]
 

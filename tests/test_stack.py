@@ -68,7 +68,7 @@ def cli(*args):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("routing", "--step", "9"), "unknown step '9': choose one of 0, 1, 2, 3, 4, 5, 6"),
+    (("routing", "--step", "10"), "unknown step '10': choose one of 0, 1, 2, 3, 4, 5, 6, 7, 8, 9"),
     (("reference", "--target", "/nonexistent/model"), "neither an existing model directory nor a hub id"),
     (("reference", "--prompts", "0"), "--prompts: must be at least 1, not 0"),
     (("walkthrough", "--max-new-tokens", "-2"), "--max-new-tokens: must be at least 1, not -2"),

@@ -12,7 +12,7 @@ def test_kernel_shapes_and_rows():
     assert {s.batch for s in grid} >= set(BATCHES)  # every e2e batch has a kernel row, and so a plan() time
     assert {(s.num_qo_heads, s.num_kv_heads) for s in grid} == {(4, 2), (32, 8)}
     assert set(KERNELS) == {"flashinfer-auto", "flashinfer-fa2", "flashinfer-fa3", "vllm-flash-attn", "dflash-fi-final",
-                            "dflash-fi-final-graph"}
+                            "dflash-fi-final-graph", "flashinfer-xqa"}
     row = {"kernel": "flashinfer-fa3", "kv_dtype": "fp8-e4m3", "batch": 1, "context": 512, "num_qo_heads": 32,
            "num_kv_heads": 8, "error_type": "NotBuilt", "error": "no kernel"}
     assert "ERROR NotBuilt no kernel" in format_row(row)
