@@ -41,11 +41,9 @@ session = setup("07_plan_once", live=live_runs)
 # %%
 import inspect
 import re
-
 from IPython.display import display
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
-
 from dflash_fi.figures.listings import code_block
 
 show_source(AttentionMetadataBuilder.build_for_drafting, [(r"return self\.build\(", r"fast_build=True")])
@@ -77,9 +75,8 @@ show_hunks(8, only=[4, 7], max_lines=60, context=0, joined=True)
 #
 # A kept plan still costs a key check, a page-table launch and `build()`'s Python. FlashInfer's XQA kernel reads
 # vLLM's own block table and exact `seq_lens` on the GPU and takes one query length per batch with a mask (every bit
-# of the block set: each query sees its whole block), so a draft step's metadata is views of tensors vLLM already
-# has. Upstream vLLM routes DFlash this way on SM 9.0 since #50439; step 9 writes it for 0.22.1. The builder asks
-# once whether XQA serves its blocks, and `build()` hands XQA a draft step before any plan is looked at:
+# of the block set), so a draft step's metadata is views of tensors vLLM already has. Upstream routes DFlash this way
+# on SM 9.0 since #50439; step 9 writes it for 0.22.1, handing XQA a draft step before any plan is looked at:
 
 # %%
 show_hunks(9, only=[6, 7], max_lines=40, context=0, joined=True)
@@ -95,7 +92,6 @@ show_hunks(9, only=[6, 7], max_lines=40, context=0, joined=True)
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
-
 from dflash_fi.bench.builds import builder_names
 from dflash_fi.bench.e2e import flash_attn_draft, flashinfer_draft
 from dflash_fi.bench.results import build_rows, latest_kernels
@@ -129,8 +125,7 @@ else:
 # %% [markdown]
 # ## On the GPU
 #
-# FlashInfer's fa2 kernel through the draft steps above, bf16 and fp8 KV: each kept plan against a fresh plan and the
-# reference, with a sentinel past the batch that an empty row's write would overwrite. Then the first cell's engines:
+# FlashInfer's fa2 kernel on kept plans (bf16 and fp8 KV) against fresh plans and the reference; then the engines:
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from dflash_fi.lab.host_tables import plan_reuse_table
@@ -164,8 +159,10 @@ records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source, *(f"  {label(run)}: target {names(r.target_backends)}, draft {names(r.draft_backends)}, "
                     f"{r.cudagraph_mode}" for run, r in records.items()), sep="\n")
-verdict(f"the engines resolved {' and '.join(sorted({str(r.cudagraph_mode) for r in records.values()}))}: a FlashInfer "
-        "draft with a kept plan (step 8) or with none (step 9) keeps the engine's full CUDA graphs, as FLASH_ATTN's does.")
+modes = {str(r.cudagraph_mode) for r in records.values()}
+verdict(f"the engines resolved {' and '.join(sorted(modes))}: " + (
+    "a FlashInfer draft with a kept plan (step 8) or with none (step 9) keeps the engine's full CUDA graphs, as "
+    "FLASH_ATTN's does." if modes == {"FULL_AND_PIECEWISE"} else "not all of them full graphs: see each line."))
 
 # %% [markdown]
 # ### Check
@@ -173,17 +170,16 @@ verdict(f"the engines resolved {' and '.join(sorted({str(r.cudagraph_mode) for r
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.lab.host_work import plans_over_draft_steps
 
-# One decode's draft steps through the real builders (wrappers are doubles that count plan()): contexts growing,
-# requests leaving and joining.
 over = {step: plans_over_draft_steps(step) for step in (7, 8)}
 kept_empty = [r["draft_step"] for r in over[8] if r["empty_rows"]]
-check("over one decode's draft steps, step 8 plans at the first and where a request joins, step 7 at every one, on "
+check("over one decode's draft steps through the real builders (wrappers that count plan()), step 8 plans at the first and where a request joins, step 7 at every one, on "
       "exact page tables; rows of requests that left read no query and no page",
       [r["plans"] for r in over[8]] == [r["expects_plan"] for r in over[8]] and all(r["plans"] for r in over[7])
       and all(r["reads_exact_page_table"] for rows in over.values() for r in rows)
       and bool(kept_empty) and all(r["empty_rows_read_nothing"] for r in over[8] if r["empty_rows"]),
       f"step 8 plans at {[r['draft_step'] for r in over[8] if r['plans']]} of {len(over[8])}, keeps emptied rows at "
       f"{kept_empty}")
+check("every engine above resolved FULL_AND_PIECEWISE", modes == {"FULL_AND_PIECEWISE"}, ", ".join(sorted(modes)))
 if session.on_gpu:
     check("FlashInfer's kernel computes on kept plans what it does on fresh ones, over exact page tables, and writes "
           "nothing past the batch from empty rows",

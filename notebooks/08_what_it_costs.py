@@ -80,7 +80,6 @@ else:
 
 # %%
 import statistics
-
 from dflash_fi.bench.e2e import NEW_TOKENS, flash_attn_draft, flashinfer_draft
 from dflash_fi.bench.kernels import BATCHES, CONTEXTS
 from dflash_fi.bench.results import final_draft_kernel, kernel_pivot, kernel_rows
@@ -268,7 +267,6 @@ for what, record in (("the kernel benchmark", kernels), ("its host-build rows", 
 
 # %% tags=["appendix", "nbval-ignore-output"]
 from IPython.display import display
-
 from dflash_fi.bench.results import kernel_summary
 from dflash_fi.bench.turns import turns_table, vcpu_summary
 from dflash_fi.figures.listings import folded_markdown
