@@ -96,8 +96,7 @@ verdict(f"at step 0 FLASHINFER refuses the draft in {len(refusing)} of {sum(r['s
 # %% [markdown]
 # ## Step 1: one method
 #
-# The hunk, a diff of vLLM 0.22.1's own `flashinfer.py`; its heading is its reason, the `@@` line where it lands.
-# `supports_non_causal()` is False by default, and saying True is all the selector needs:
+# `supports_non_causal()` is False by default; saying True (a diff of vLLM 0.22.1's `flashinfer.py`) is all it takes:
 
 # %%
 from dflash_fi.notebook import show_hunks

@@ -54,11 +54,10 @@ show_source(split_decodes_and_prefills, [(r"^    if \($", r"return num_reqs, 0, 
 show_hunks(2, only=[1], max_lines=None)
 
 # %% [markdown]
-# A 16-token draft request is longer than the threshold on an H100/H200 (1), so the split above already makes it a
-# prefill there. Where the threshold is higher (on Blackwell, below) it would be a decode, and a decode kernel (or
-# TRTLLM's decode path for speculation) cannot let a query token see the query tokens after it. So a non-causal
-# batch skips the split and goes to prefill whole (hunk 2), and `build()` writes the batch's causality into the
-# metadata it returns, which is what DFlash's guard reads (hunk 3):
+# A 16-token draft request is a prefill on an H100/H200 (threshold 1), but where the threshold is higher (Blackwell,
+# below) it would be a decode, and a decode kernel cannot let a query token see the ones after it. So a non-causal
+# batch goes to prefill whole (hunk 2), and `build()` writes its causality into the metadata DFlash's guard reads
+# (hunk 3):
 
 # %%
 show_hunks(2, only=[2, 3], max_lines=None)

@@ -45,9 +45,8 @@ show_hunks(4, max_lines=None)
 # %% [markdown]
 # ## Forced TRTLLM, before and after
 #
-# `pretend_gpu((10, 0), trtllm=True)` makes vLLM's `CudaPlatform` report SM 10.0 and answer "yes" where vLLM asks
-# whether TRTLLM attention can be used. The table is what each step's builder does with the batches *past the
-# selector* (stock vLLM refuses FlashInfer for the draft before, notebook 1; the lab builds it anyway):
+# `pretend_gpu((10, 0), trtllm=True)`: vLLM's `CudaPlatform` reports SM 10.0 and TRTLLM attention available. What
+# each step's builder does with the batches past the selector (which refuses stock's draft; the lab builds it):
 
 # %%
 from dataclasses import replace

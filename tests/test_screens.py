@@ -42,7 +42,7 @@ MD_LINE, MD_CHARS = 23, 165  # a line of markdown prose; its characters (a code 
 MD_PAD, MD_BLOCK = 6, 14  # a markdown cell's padding; the space between blocks
 HEADING = {1: 52, 2: 38, 3: 28}
 TABLE_ROW, TABLE_HEAD, TABLE_LINE = 30, 34, 21  # a table row; its header; each line a cell wraps to past the first
-TABLE_CELL_CHARS, TABLE_CHARS = 3, 170  # a table cell's padding, and a row's width, in characters
+TABLE_CELL_CHARS, TABLE_CHARS = 3, 190  # a table cell's padding, and a row's width, in characters
 FENCE_LINE, FENCE_PAD = 17, 20  # a fenced code block in markdown
 
 
@@ -57,20 +57,30 @@ def _prose_lines(text: str, chars: int = MD_CHARS) -> int:
     return max(1, -(-int(_width(text)) // chars))
 
 
+def _column_widths(body: list[list[str]], room: float) -> list[float]:
+    """A browser's automatic table layout, as CSS describes it: each column at least its longest word, and the room
+    left shared in proportion to how much more than that its longest cell wants."""
+    columns = max(len(r) for r in body)
+    cells = [[r[c] if c < len(r) else "" for r in body] for c in range(columns)]
+    most = [max(_width(cell) for cell in column) + TABLE_CELL_CHARS for column in cells]
+    least = [max((len(w) for cell in column for w in cell.replace("`", "").split()), default=1) + TABLE_CELL_CHARS
+             for column in cells]
+    if sum(most) <= room:
+        return most
+    spare, want = max(0.0, room - sum(least)), sum(m - n for m, n in zip(most, least)) or 1
+    return [n + spare * (m - n) / want for m, n in zip(most, least)]
+
+
 def _table_px(rows: list[str]) -> float:
-    """A markdown table's height: a browser gives each column a width about in proportion to its longest cell,
-    and a cell wraps within it."""
+    """A markdown table's height: each row as high as its cell that wraps to the most lines in its column."""
     cells = [[c.strip() for c in row.strip().strip("|").split("|")] for row in rows]
     body = [r for r in cells if not all(re.fullmatch(r":?-+:?", c or "-") for c in r)]
     if not body:
         return 0
-    columns = max(len(r) for r in body)
-    longest = [max(_width(r[c]) if c < len(r) else 1 for r in body) + TABLE_CELL_CHARS for c in range(columns)]
-    share = min(1.0, TABLE_CHARS / sum(longest))
+    widths = _column_widths(body, TABLE_CHARS)
     px = TABLE_HEAD
     for row in body[1:]:
-        lines = max(-(-int(_width(cell)) // max(4, int(longest[c] * share) - TABLE_CELL_CHARS))
-                    for c, cell in enumerate(row)) if row else 1
+        lines = max(-(-int(_width(cell)) // max(4, int(widths[c]) - TABLE_CELL_CHARS)) for c, cell in enumerate(row))
         px += TABLE_ROW + TABLE_LINE * (max(1, lines) - 1)
     return px
 
