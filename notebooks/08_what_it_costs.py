@@ -204,8 +204,7 @@ else:
     print("not recorded yet: no build profile in the evidence summary")
 
 # %% [markdown]
-# On this GPU, now: the draft builders alone, bf16, two batches of one context, the GPU busy (this cell's own
-# timing, not a record):
+# On this GPU, now: the draft builders alone, bf16, the GPU busy (this cell's own timing, not a record):
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from dflash_fi.bench.builds import builder_names, measure_builds
@@ -255,12 +254,10 @@ for what, record in (("the kernel benchmark", kernels), ("its host-build rows", 
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# A decoding step's difference between two drafts is its builds, its kernels and what no benchmark times; the
-# targets table says which of step 9's targets that leaves met, the builds table and the profile say where a build's
-# gap comes from, builder by builder and line by line. Every table behind them is in
-# [`docs/RESULTS.md`](../docs/RESULTS.md); to measure again on a GPU: `dflash-fi bench e2e --record`, `dflash-fi
-# bench kernels --record`, `dflash-fi profile --record`, then `dflash-fi notebooks --only 08`. Next, notebook 9:
-# today's vLLM, place by place.
+# Two drafts' decoding steps differ by their builds, their kernels and what no benchmark times; the builds table and
+# the profile place a build's gap builder by builder and line by line. Every table: [`docs/RESULTS.md`](../docs/RESULTS.md);
+# again on a GPU: `dflash-fi bench e2e --record`, `dflash-fi bench kernels --record`, `dflash-fi profile --record`,
+# `dflash-fi notebooks --only 08`. Next, notebook 9: today's vLLM, place by place.
 
 # %% [markdown]
 # ## Appendix
