@@ -10,11 +10,11 @@ from __future__ import annotations
 from dflash_fi.figures.listings import wrapped_lines  # noqa: F401 (the notebooks import it from here)
 
 # The steps each notebook is about (`pytest -m stepN` runs these notebooks too); the first notebook of a step shows
-# its hunks (08 measures what steps 8 and 9 cost against the FLASH_ATTN draft; 09 drives step 4 beside vLLM 0.24.0).
+# its hunks (09 measures what steps 8 and 9 cost against the FLASH_ATTN draft; 10 drives step 4 beside vLLM 0.24.0).
 STEPS_OF_NOTEBOOK = {"00_dflash_and_the_problem": (0,), "01_choosing_a_backend": (0, 1), "02_causal_metadata": (2,),
                      "03_noncausal_wrapper": (3,), "04_trtllm_gating": (4,), "05_what_upstream_did_next": (5,),
-                     "06_graphs_and_host_work": (6, 7), "07_plan_once": (8, 9), "08_what_it_costs": (8, 9),
-                     "09_vllm_today": (4,)}
+                     "06_cuda_graphs": (6,), "07_host_work": (7,), "08_plan_once": (8, 9), "09_what_it_costs": (8, 9),
+                     "10_vllm_today": (4,)}
 NOTEBOOK_OF_STEP = {step: next(nb for nb, steps in STEPS_OF_NOTEBOOK.items() if step in steps)
                     for step in sorted({s for steps in STEPS_OF_NOTEBOOK.values() for s in steps})}
 

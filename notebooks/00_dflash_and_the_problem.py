@@ -65,18 +65,9 @@ verdict(f"with non-causal attention every block query sees all {block_keys[NON_C
 from IPython.display import display
 
 from dflash_fi.figures.listings import folded_markdown
-from dflash_fi.lab.glossary import Term, glossary, glossary_table
+from dflash_fi.lab.glossary import glossary, glossary_table
 
-MACHINERY = {  # vLLM's own words, as the lesson uses them
-    "attention backend, selector": "the class that runs a layer's attention (FLASH_ATTN, FLASHINFER, ...); at engine "
-    "start the selector takes the first of the GPU's priority list whose `validate_configuration` does not refuse.",
-    "metadata builder, `build()`": "a backend's builder turns each batch into the metadata its kernels read, on the host.",
-    "KV cache, FP8": "the keys and values so far, in pages; `kv_cache_dtype=\"fp8\"` stores them in 8 bits.",
-    "step, hunk": "a step is a few hunks: exact text replacements in vLLM 0.22.1's FlashInfer backend, each with its why.",
-    "XQA": "FlashInfer's decode kernel from TensorRT-LLM: it reads vLLM's block table itself, with no `plan()`.",
-}
-terms = [Term(t.term, t.patterns, t.definition.replace("'Numbers you will see'", "notebook 8's appendix"), t.source)
-         for t in glossary()] + [Term(word, (), meaning) for word, meaning in MACHINERY.items()]
+terms = glossary()
 display(folded_markdown(f"The glossary: {len(terms)} words (open it)", glossary_table(terms)))
 verdict(f"{len(terms)} words, tau and the metadata builder among them; the rows on " + " and ".join(
     f"`{t.source.rsplit('.', 1)[1]}`" for t in terms if t.source) + " are read from vLLM's own enums.")

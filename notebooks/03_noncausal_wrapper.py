@@ -50,11 +50,13 @@ show_hunks(3, only=[1, 2, 3], max_lines=None, joined=True)
 # The fix itself: the prefill branch of `build()` asks for the wrapper of the batch's causality, and `plan()` is
 # told it, where stock vLLM says `causal=True` whatever the batch (hunks 4 and 5). Stock `forward` asserted that
 # every prefill wrapper was planned causal; it now compares the wrapper's planned causality with the metadata's,
-# so a wrapper planned the wrong way fails loudly at `run()` time (hunk 6). Then the routing: the draft's rows
-# change, the target's keep the shared causal wrapper.
+# so a wrapper planned the wrong way fails loudly at `run()` time (hunk 6).
 
 # %%
 show_hunks(3, only=[4, 5, 6], max_lines=None, joined=True)
+
+# %% [markdown]
+# Then the routing: the draft's rows change, the target's keep the shared causal wrapper.
 
 # %%
 from dflash_fi.lab.batches import DRAFT, PREFILL

@@ -158,11 +158,11 @@ if kernels:
             f"{len(shapes)} shapes, up to {fa3[worst]:.1f}x at {worst[0]}x{worst[1]}, never faster by more than "
             f"{1 - min(fa3.values()):.0%}{'; on fp8 fa3 has no kernel' * no_fp8}. vLLM's FlashAttention beats fa2 at "
             f"{wins['bf16']} of {len(shapes)} shapes on bf16 (up to {1 / min(fa['bf16'].values()):.1f}x) and "
-            f"{wins['fp8-e4m3']} on fp8 (up to {1 / min(fa['fp8-e4m3'].values()):.1f}x): notebook 8 weighs that.")
+            f"{wins['fp8-e4m3']} on fp8 (up to {1 / min(fa['fp8-e4m3'].values()):.1f}x): notebook 9 weighs that.")
 
 # %% [markdown]
 # Upstream since v0.26.0 (#48167) runs a FlashInfer DFlash draft's attention eagerly, and on SM 10.x gives a non-causal
-# layer FLASH_ATTN first (notebook 9). Prefill wrappers a graph can replay, it has not taken: notebook 6 does (step 6).
+# layer FLASH_ATTN first (notebook 10). Prefill wrappers a graph can replay, it has not taken: notebook 6 does (step 6).
 #
 # ## On the GPU: what each engine resolves, live
 #
@@ -214,7 +214,7 @@ check(f"the walkthrough's {len(checks)} checks for graph modes and step 5 pass",
 #
 # One graph mode per engine, from claims asked with the target's config: step 4's FlashInfer draft costs SM 9.0 its
 # full graphs. #48167 makes the claim honest for a non-causal config, where a draft block would replay a stale plan.
-# Next, notebook 6: keeping the full graphs with a FlashInfer draft (step 6), and no host work that waits (step 7).
+# Next, notebook 6: keeping the full graphs with a FlashInfer draft (step 6).
 
 # %% [markdown]
 # ## Appendix

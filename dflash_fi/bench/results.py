@@ -1,4 +1,4 @@
-"""The kernel benchmark's results as the evidence summary keeps them, and their summaries (README, notebook 08).
+"""The kernel benchmark's results as the evidence summary keeps them, and their summaries (README, notebook 09).
 
 The engine benchmark's summaries (engines in turns, pairs of rounds, the targets) are `dflash_fi.bench.turns`.
 """

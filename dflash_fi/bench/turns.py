@@ -248,7 +248,7 @@ def vcpu_spread(turns: Turns) -> dict[str, float] | None:
 
 
 def vcpu_summary(turns: Turns) -> str:
-    """One paragraph on the vCPUs the turns ran on (`vcpu_spread`), for the README's results page and notebook 8."""
+    """One paragraph on the vCPUs the turns ran on (`vcpu_spread`), for the README's results page and notebook 9."""
     spread = vcpu_spread(turns)
     if spread is None:
         return "Engines ran on whichever vCPU the kernel gave them."

@@ -87,3 +87,27 @@ def per_position_acceptance(results: list[SpecResult]) -> list[float]:
     if not drafts:
         return [float("nan")] * NUM_SPECULATIVE_TOKENS
     return [sum(r.accepted_per_position[k] for r in results) / drafts for k in range(NUM_SPECULATIVE_TOKENS)]
+
+
+@torch.inference_mode()
+def score_text(target: Qwen3Target, drafter: DFlashDrafter, prompt: list[int], text: tuple[int, ...],
+               mode: str = NON_CAUSAL) -> SpecResult:
+    """Speculative decoding replayed on a given text (an engine's output) instead of the target's own choices: each
+    step drafts the block after the anchor and accepts the drafts equal to the text's next tokens, as vLLM counts
+    (drafts past the text's end not counted). On the reference decoder's own text: its own counts."""
+    device = target.lm_head.weight.device
+    _, layers = target(torch.tensor([prompt + list(text)], device=device))  # the target's features, once
+    start = p = len(prompt)
+    result = SpecResult(tokens=list(text))
+    while p - start + 1 < len(text):  # text[p - start] is the anchor
+        context = drafter.context_features([layer[:, :p] for layer in layers])
+        drafts = drafter(target, context, torch.tensor([[p]], device=device),
+                         torch.tensor([[text[p - start]]], device=device), mode)[0, 0, 1:].argmax(-1).tolist()
+        n = 0
+        while n < NUM_SPECULATIVE_TOKENS and p - start + 1 + n < len(text) and drafts[n] == text[p - start + 1 + n]:
+            n += 1
+        result.num_drafts += 1
+        for i in range(n):
+            result.accepted_per_position[i] += 1
+        p += 1 + n
+    return result

@@ -92,3 +92,23 @@ def test_paged_reference_attention_matches_dense_attention():
             dense = torch.nn.functional.scaled_dot_product_attention(
                 q[qo[r]:qo[r + 1]].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=mask)
             torch.testing.assert_close(out[qo[r]:qo[r + 1]], dense.transpose(0, 1), atol=1e-4, rtol=1e-4)
+
+
+def test_a_text_scored_by_the_drafter_gives_the_decoders_own_counts_on_its_own_text():
+    """score_text replays speculative decoding on a given text (notebook 06 scores engines' texts with it)."""
+    import torch
+
+    from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
+    from dflash_fi.reference.decode import score_text, speculative_generate
+    from dflash_fi.reference.drafter import NON_CAUSAL
+    from dflash_fi.reference.tokenizer import prompt_ids
+    from dflash_fi.reference.weights import load_pair
+
+    target, drafter = load_pair(DEFAULT_TARGET, DEFAULT_DRAFTER)
+    prompt = prompt_ids(load_prompts(n=1)[0])
+    with torch.inference_mode():
+        own = speculative_generate(target, drafter, prompt, 48, NON_CAUSAL)
+    scored = score_text(target, drafter, prompt, tuple(own.tokens))
+    assert (scored.num_drafts, scored.num_accepted) == (own.num_drafts, own.num_accepted)
+    other = tuple(own.tokens[:8]) + tuple((t + 1) % 256 for t in own.tokens[8:])  # a text the drafter cannot guess
+    assert score_text(target, drafter, prompt, other).num_accepted < own.num_accepted

@@ -15,7 +15,7 @@
 # ---
 
 # %% [markdown]
-# # 7 · What a metadata build costs: plan once (step 8), then no plan (step 9)
+# # 8 · What a metadata build costs: plan once (step 8), then no plan (step 9)
 #
 # Every decoding step, before the GPU runs a forward, vLLM's host builds attention metadata, once per attention group
 # and once more for DFlash's draft block; where the GPU waits for the host, that is the step's time too. A FlashInfer
@@ -27,13 +27,13 @@ from dflash_fi.evidence.live import setup
 from dflash_fi.notebook import check, show, show_hunks, show_source, skip, verdict
 
 live_runs = [P.FLASH_ATTN_GRAPHS, P.graphs_run(8), P.graphs_run(9)]
-session = setup("07_plan_once", live=live_runs)
+session = setup("08_plan_once", live=live_runs)
 
 # %% [markdown]
 # ## Where vLLM builds, and what a FlashInfer build does
 #
 # The model runner calls `build()` once per attention group (layers of one backend and KV-cache spec share one
-# metadata object; notebook 8 counts them); the drafter calls `build_for_drafting`, by default `build(...,
+# metadata object; notebook 9 counts them); the drafter calls `build_for_drafting`, by default `build(...,
 # fast_build=True)`, which lets vLLM's FlashAttention builder skip its ahead-of-time schedule (FlashInfer's ignores
 # the flag). Then stock `build()` in outline, each line that costs the host marked, and where steps 8 and 9 return
 # early (after steps 1-7 a DFlash draft step still reaches `plan()`, planned from host-side bounds):
@@ -118,7 +118,7 @@ if turns and kernels:
             f"benchmark, bf16, GPU busy). In the engines a kept plan takes {min(draft_ms[kept]):.3f} to "
             f"{max(draft_ms[kept]):.3f} ms, no plan {min(draft_ms[xqa]):.3f} to {max(draft_ms[xqa]):.3f}, the "
             f"FLASH_ATTN draft {min(draft_ms[fa]):.3f} to {max(draft_ms[fa]):.3f}, at every batch: what step 9 still "
-            "spends over FLASH_ATTN is build()'s own Python. Notebook 8 weighs it against the whole step.")
+            "spends over FLASH_ATTN is build()'s own Python. Notebook 9 weighs it against the whole step.")
 else:
     print("not recorded yet: an engine or kernel benchmark is missing from the evidence summary")
 
@@ -196,10 +196,25 @@ session.check_walkthrough(live_runs);
 # A metadata build is host work paid every decoding step, once per attention group and once per draft; a FlashInfer
 # build is mostly `plan()`. Step 8 keeps a draft batch's plan while its shape holds (contexts grow, requests leave)
 # and rewrites only the page table; step 9, on SM 9.0, gives the draft block to XQA, which needs no plan and no page
-# table. Next, notebook 8: what the final FlashInfer draft costs against the FLASH_ATTN draft, step by step.
+# table. Next, notebook 9: what the final FlashInfer draft costs against the FLASH_ATTN draft, step by step.
 
 # %% [markdown]
 # ## Appendix
+
+# %% [markdown]
+# The hunks the body summarised, each under its reason: step 8's key, page-table kernel and held-plan metadata.
+
+# %% tags=["appendix"]
+show_hunks(8, only=[1, 2, 3, 5, 6], max_lines=None, context=0, joined=True)
+
+# %% [markdown]
+# Step 9's import, mask, metadata and the builders XQA serves; then `forward()` running XQA (hunk 8).
+
+# %% tags=["appendix"]
+show_hunks(9, only=[1, 2, 3, 4, 5, 8], max_lines=None, context=0, joined=True)
+
+# %% [markdown]
+# Both steps' whole diffs:
 
 # %% tags=["appendix"]
 from dflash_fi.notebook import show_step_diff

@@ -15,10 +15,10 @@
 # ---
 
 # %% [markdown]
-# # 8 · What it costs: steps 8 and 9 against the FLASH_ATTN draft
+# # 9 · What it costs: steps 8 and 9 against the FLASH_ATTN draft
 #
 # Against the FLASH_ATTN draft, a FlashInfer draft changes two parts of a decoding step: the host's metadata builds
-# (notebook 7) and the draft's attention kernel. This notebook measures both, adds them up against the whole step,
+# (notebook 8) and the draft's attention kernel. This notebook measures both, adds them up against the whole step,
 # and says what is left. Every number comes from the evidence summary (`evidence/`), written on a GPU by the engine
 # benchmark, the kernel benchmark and the build profile; how they measure is in the appendix.
 
@@ -29,7 +29,7 @@ from dflash_fi.bench.turns import latest_turns
 from dflash_fi.evidence.live import setup
 from dflash_fi.notebook import check, recorded, show, skip, verdict
 
-session = setup("08_what_it_costs")
+session = setup("09_what_it_costs")
 turns = recorded(latest_turns, "engines in turns (`dflash-fi bench e2e --record`)")
 profile = recorded(latest_profile, "where builds spend host time (`dflash-fi profile --record`)")
 kernels = recorded(latest_kernels, "the kernel benchmark (`dflash-fi bench kernels --record`)")
@@ -257,7 +257,7 @@ for what, record in (("the kernel benchmark", kernels), ("its host-build rows", 
 # Two drafts' decoding steps differ by their builds, their kernels and what no benchmark times; the builds table and
 # the profile place a build's gap builder by builder and line by line. Every table: [`docs/RESULTS.md`](../docs/RESULTS.md);
 # again on a GPU: `dflash-fi bench e2e --record`, `dflash-fi bench kernels --record`, `dflash-fi profile --record`,
-# `dflash-fi notebooks --only 08`. Next, notebook 9: today's vLLM, place by place.
+# `dflash-fi notebooks --only 09`. Next, notebook 10: today's vLLM, place by place.
 
 # %% [markdown]
 # ## Appendix
@@ -304,7 +304,7 @@ method = f"""
 | where | prompts x new tokens | what runs |
 |---|---|---|
 | notebook 0's reference decoder | 6 x 64 | pure PyTorch, fp32 (CPU; on a GPU there too) |
-| live cells of notebooks 1-7 | {LIVE_PROMPTS} x {LIVE_NEW_TOKENS} | small vLLM engines, and the reference decoder on the same prompts |
+| live cells of notebooks 1-8 | {LIVE_PROMPTS} x {LIVE_NEW_TOKENS} | small vLLM engines, and the reference decoder on the same prompts |
 | the walkthrough (`dflash-fi walkthrough`; check cells without a GPU) | 32 x 128, and the mixed workload | every step's engine |
 | the engine benchmark | batch 1: one prompt alone, the first {BATCH1_PROMPTS} by turns; 8 and 32 together; x {NEW_TOKENS} | engines in turns; the Qwen3-4B shape {SHAPE_BATCH1_PROMPTS} prompt at batch 1, x {SHAPE_NEW_TOKENS} |
 

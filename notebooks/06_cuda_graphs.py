@@ -15,20 +15,19 @@
 # ---
 
 # %% [markdown]
-# # 6 · Full CUDA graphs, and no host work that waits: steps 6 and 7
+# # 6 · Full CUDA graphs with a FlashInfer draft: step 6
 #
-# Notebook 5 ended with a FlashInfer draft costing an SM 9.0 engine its full CUDA graphs: step 6 keeps them. Step 7
-# removes two things the *host* (the CPU thread that prepares each engine step while the GPU runs the one before) does
-# for the draft: a copy that waits for the GPU, and a build nobody reads.
+# Notebook 5 ended with a FlashInfer draft costing an SM 9.0 engine its full CUDA graphs: step 6 keeps them, by giving
+# FlashInfer's causal verify batches a prefill wrapper that a graph can replay.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
 from dflash_fi.evidence.live import setup
-from dflash_fi.notebook import check, show, show_hunks, skip, verdict
+from dflash_fi.notebook import check, show, show_hunks, verdict
 
 # The engines of "On the GPU" start now, in the background: each takes most of a minute.
-live_runs = [P.FLASH_ATTN, P.FLASH_ATTN_GRAPHS, *(P.graphs_run(step) for step in (6, 7))]
-session = setup("06_graphs_and_host_work", live=live_runs)
+live_runs = [P.FLASH_ATTN, P.FLASH_ATTN_GRAPHS, P.graphs_run(6)]
+session = setup("06_cuda_graphs", live=live_runs)
 
 # %% [markdown]
 # ## Step 6: a claim FlashInfer can keep
@@ -75,8 +74,8 @@ from dflash_fi.lab.routes import label
 from dflash_fi.lab.routing import routing_report
 from dflash_fi.vocabulary import HOPPER
 
-claims = {step: cudagraph_claims(step, HOPPER) for step in (5, 6, 7)}
-show(format_claims([claims[5], claims[6]]))  # step 7 claims what step 6 does (checked below)
+claims = {step: cudagraph_claims(step, HOPPER) for step in (5, 6)}
+show(format_claims([claims[5], claims[6]]))
 wrappers = {s: {r.batch: r for r in routing_report(s, cuda_graphs=True).routes} for s in (5, 6)}
 changed = [batch for batch in wrappers[5] if wrappers[5][batch].prefill is not wrappers[6][batch].prefill]
 verdict(f"step 5 resolves {claims[5]['resolved_mode']}, step 6 {claims[6]['resolved_mode']}. Of the CPU lab's "
@@ -84,60 +83,9 @@ verdict(f"step 5 resolves {claims[5]['resolved_mode']}, step 6 {claims[6]['resol
         f"'{label(wrappers[6][changed[0]].prefill, wrappers[6][changed[0]])}'.")
 
 # %% [markdown]
-# ## Step 7: no host work that waits, and none that nobody reads
-#
-# The host prepares step n + 1 while the GPU runs step n, which pays only if it never waits. DFlash builds the draft's
-# metadata with only an upper bound of the sequence lengths on the host (how many drafts the target accepted is known
-# on the GPU only). vLLM's `seq_lens_cpu` copies them on first use, waiting for every kernel queued before. FlashInfer's
-# builder read it; step 7 plans from the bound. `plan()` only schedules work from the lengths it is given; the kernel
-# reads the *page table* on the GPU. So the page table's host copy, which `plan()` reads, comes from the bounds (numpy),
-# its GPU copy from the exact `seq_lens` (GPU operations); `run()` is pointed at it, and a bound-planned request's KV is
-# not split (chunks cut by bounds and filled by exact lengths can leave one empty: wrong attention, `tests/gpu`):
-
-# %%
-show_hunks(7, only=[8, 9, 6, 10], max_lines={6: 100, 8: 100, 9: 10, 10: 100}, context=0, joined=True)
-
-# %% [markdown]
-# **A build nobody reads.** The runner builds metadata for every attention group every step; with a FLASH_ATTN target
-# the FlashInfer draft layers are a group of their own, planned every *target* step though they read only the
-# drafter's builds. Built under the draft config, each layer records it; the builder asks its layers, and a target
-# step's build for draft layers only returns at once, with metadata that a forward would refuse, saying why:
-
-# %%
-show_hunks(7, only=[1, 2, 3, 4, 7, 5, 11], max_lines={5: 8, 1: 100, 2: 100, 3: 100, 4: 100, 7: 100, 11: 100},
-           context=0, joined=True)
-
-# %% [markdown]
-# Step 7 on the real builders (wrappers are the CPU lab's doubles): a draft batch of four requests, and the runner's
-# kinds of target batch, built for the draft layers:
-
-# %%
-from dflash_fi.lab.host_work import draft_build_reads_gpu_lengths, runner_builds_for_draft_layers
-
-lengths = {step: draft_build_reads_gpu_lengths(step) for step in (6, 7)}
-runner = {step: runner_builds_for_draft_layers(step) for step in (6, 7)}
-verdict(f"step 6 copies the exact lengths from the GPU ({lengths[6]['copied_from_gpu']}), step 7 plans from the bounds "
-        f"{lengths[7]['upper_bounds']} (exact {lengths[7]['exact_seq_lens']}) and copies nothing; its kernel reads page "
-        f"table {lengths[7]['kernel_indptr']}, step 6's. Of {len(runner[6])} target batches step 6 plans "
-        f"{sum(r['planned'] for r in runner[6])} for the draft layers, step 7 {sum(r['planned'] for r in runner[7])}.")
-
-# %% [markdown]
 # ## On the GPU
 #
-# FlashInfer's fa2 kernel, bf16 and fp8 KV: step 7 planned from bounds and from exact lengths, against the reference.
-
-# %% tags=["gpu", "nbval-ignore-output"]
-from dflash_fi.lab.host_tables import bound_planning_table
-from dflash_fi.lab.host_work import bound_planning_errors
-
-if session.gpu_cell():
-    bounded = [row for kv in ("auto", "fp8") for row in bound_planning_errors(kv)]
-    show(bound_planning_table(bounded))
-    verdict(f"from bounds, each batch computes what its exact plan does (largest difference "
-            f"{max(r['bounds_vs_exact'] for r in bounded):.1e}).")
-
-# %% [markdown]
-# Then the engines of the first cell: the FLASH_ATTN draft eager and with CUDA graphs, and steps 6 and 7 with graphs.
+# The engines of the first cell: the FLASH_ATTN draft eager and with CUDA graphs, and step 6 with graphs.
 # Each is one process running this call, with what the table changes:
 
 # %%
@@ -185,39 +133,17 @@ verdict(f"every engine ran the same {n_prompts} prompts x {n_tokens} tokens, as 
 # counted): if the graph text alone is easier to draft, its score rises as the engine's tau does.
 
 # %% tags=["gpu", "nbval-ignore-output"]
-import torch
-
 from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
-from dflash_fi.reference.drafter import NON_CAUSAL
+from dflash_fi.reference.decode import score_text
 from dflash_fi.reference.tokenizer import prompt_ids
 from dflash_fi.reference.weights import load_pair
-from dflash_fi.vocabulary import NUM_SPECULATIVE_TOKENS as K
-
-
-@torch.inference_mode()
-def scored(target, drafter, prompt: list[int], text: tuple[int, ...]) -> tuple[int, int]:
-    """(verification steps, accepted drafts) on a given text: each step drafts the block after the anchor and accepts
-    the drafts equal to the text's next tokens (on the reference decoder's own text: its step count)."""
-    device = target.lm_head.weight.device
-    _, layers = target(torch.tensor([prompt + list(text)], device=device))  # the target's features, once
-    start = p = len(prompt)
-    steps = accepted = 0
-    while p - start + 1 < len(text):  # text[p - start] is the anchor
-        context = drafter.context_features([layer[:, :p] for layer in layers])
-        drafts = drafter(target, context, torch.tensor([[p]], device=device),
-                         torch.tensor([[text[p - start]]], device=device), NON_CAUSAL)[0, 0, 1:].argmax(-1).tolist()
-        n = 0
-        while n < K and p - start + 1 + n < len(text) and drafts[n] == text[p - start + 1 + n]:
-            n += 1
-        steps, accepted, p = steps + 1, accepted + n, p + 1 + n
-    return steps, accepted
-
 
 if session.gpu_cell():
     texts = {"eager": uniform[P.FLASH_ATTN].tokens, "graphs": uniform[P.FLASH_ATTN_GRAPHS].tokens}
     prompts = [prompt_ids(text) for text in load_prompts(eager.spec.prompts_file, n=n_prompts)]
     pair = load_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, device="cuda")
-    counts = {name: [scored(*pair, p, t) for p, t in zip(prompts, text)] for name, text in texts.items()}
+    counts = {name: [(r.num_drafts, r.num_accepted) for r in (score_text(*pair, p, t) for p, t in zip(prompts, text))]
+              for name, text in texts.items()}
     tau_of = {name: 1 + sum(a for _, a in c) / sum(n for n, _ in c) for name, c in counts.items()}
     fewer = [e[0] - g[0] for e, g in zip(counts["eager"], counts["graphs"])]  # per prompt: steps the graph text saves
     parted = sum(a != b for a, b in zip(texts["eager"], texts["graphs"]))
@@ -232,30 +158,20 @@ if session.gpu_cell():
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
-graphs_kept = {claims[s][k] for s in (6, 7) for k in ("resolved_mode", "resolved_mode_flashinfer_target")}
-check("steps 6 and 7 keep SM 9.0's FULL_AND_PIECEWISE (step 5: PIECEWISE), changing the verify batch's wrapper only",
+graphs_kept = {claims[6][k] for k in ("resolved_mode", "resolved_mode_flashinfer_target")}
+check("step 6 keeps SM 9.0's FULL_AND_PIECEWISE (step 5: PIECEWISE), changing the verify batch's wrapper only",
       claims[5]["resolved_mode"] == "PIECEWISE" and graphs_kept == {"FULL_AND_PIECEWISE"} and changed == [VERIFY])
-check("step 7 plans from bounds, copies nothing (step 6 did), its kernel reads step 6's page table, and plans "
-      "nothing on target steps for the draft layers (step 6 did)", lengths[6]["copied_from_gpu"] and not lengths[7][
-          "copied_from_gpu"] and lengths[7]["planned_indptr"] != lengths[7]["kernel_indptr"] == lengths[6][
-          "kernel_indptr"] and all(r["planned"] for r in runner[6]) and not any(r["planned"] for r in runner[7]))
 check("the engines with CUDA graphs resolved FULL_AND_PIECEWISE, the eager one NONE",
       {records[run].cudagraph_mode for run in graph_runs} == {"FULL_AND_PIECEWISE"}
       and records[P.FLASH_ATTN].cudagraph_mode == "NONE")
-if session.on_gpu:
-    check("FlashInfer's kernel computes the same planned from bounds (step 7) as from exact lengths",
-          max(r["bounds_vs_exact"] for r in bounded) < 5e-3 and not any(r["copied_from_gpu"] for r in bounded))
-else:
-    skip("FlashInfer's kernel planned from bounds, against exact planning", "no CUDA GPU here")
 session.check_walkthrough(live_runs);
 
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# Step 6 keeps the engine's full graphs with replayable prefill wrappers for verify batches. Step 7 plans the draft
-# from host bounds, KV unsplit, copying nothing, and plans nothing for nobody. Graph engines write another text than
-# eager ones, so their tau is compared with graph engines only. The draft still plans every draft step: notebook 7
-# plans once.
+# Step 6 keeps the engine's full graphs with replayable prefill wrappers for verify batches; a draft block keeps
+# step 3's wrapper. Graph engines write another text than eager ones, so their tau is compared with graph engines
+# only. Next, notebook 7: the host work the draft's build still does every step, and step 7.
 #
 # ## Appendix
 
@@ -263,4 +179,3 @@ session.check_walkthrough(live_runs);
 from dflash_fi.notebook import show_step_diff
 
 show_step_diff(6)
-show_step_diff(7)
