@@ -9,7 +9,7 @@ run reads. The control plans B only after the GPU has finished with A.
 
 Three cases, each its own process (`python -m dflash_fi.lab.plan_race probe|run|control`): `probe` queues the probe
 but not A's run (a run that reads B's schedule with A's grid may fault, and the fault would hide the bytes), `run`
-queues A's run too, and `control` plans B after a synchronize. `tests/gpu/test_xqa_kernel.py` runs each in a child,
+queues A's run too, and `control` plans B after a synchronize. `tests/gpu/test_xqa.py` runs each in a child,
 so that a faulting run cannot take the test session's CUDA context with it. docs/plan-race.md says where vLLM's
 engines stand.
 """

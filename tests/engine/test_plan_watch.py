@@ -1,5 +1,5 @@
 """The engine's plan watch (`instruments.plan_watch`), off the GPU: FlashInfer's wrapper and CUDA's events are
-doubles here (named so); tests/gpu/test_xqa_kernel.py runs the same watch on a real wrapper behind a busy GPU."""
+doubles here (named so); tests/gpu/test_xqa.py runs the same watch on a real wrapper behind a busy GPU."""
 
 from types import SimpleNamespace
 

@@ -2,7 +2,7 @@
 uniform blocks gets XQA metadata (no plan(), no page-table kernel) and forward() runs FlashInfer's real
 `xqa_batch_decode_with_kv_cache`, whose kernel call is the lab's `XQADouble` (it checks the arguments as XQA takes
 them and attends by the mask it is given); every shape XQA cannot take keeps step 8's path; target batches route as
-at step 8. tests/gpu/test_xqa_kernel.py runs the same draft steps on the real kernel."""
+at step 8. tests/gpu/test_xqa.py runs the same draft steps on the real kernel."""
 
 import inspect
 import re

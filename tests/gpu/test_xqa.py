@@ -1,6 +1,6 @@
 """GPU-only (an SM 9.0 GPU for XQA): step 9's draft on FlashInfer's real XQA kernel against the fp32 reference and
 against step 8's FA2 path, draft step by draft step as batch sizes and contexts change; the packed mask as the kernel
-reads it; and FlashInfer's plan race in isolation (docs/plan-race.md). Runs alone: `pytest tests/gpu/test_xqa_kernel.py`.
+reads it; and FlashInfer's plan race in isolation (docs/plan-race.md). Runs alone: `pytest tests/gpu/test_xqa.py`.
 The first XQA call JIT-compiles FlashInfer's XQA module (minutes without a cached build)."""
 
 import json
