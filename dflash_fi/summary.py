@@ -120,11 +120,15 @@ class Summary:
 
     def walkthrough(self):
         """(records by RunId, the reference decoder's prediction, the near-tie margin, checks as judged, provenance)."""
-        from dflash_fi.engine.records import EngineRecord
+        from dataclasses import replace
+
+        from dflash_fi.engine.records import EngineRecord, Provenance as Made
         from dflash_fi.evidence.check_types import Check
 
-        entry = self.entry(Section.WALKTHROUGH)
-        records = {r.run: r for r in (EngineRecord.from_json(e) for e in entry.data["records"])}
+        entry, p = self.entry(Section.WALKTHROUGH), self.entry(Section.WALKTHROUGH).provenance
+        made = Made(p.gpu, p.compute_capability, p.versions, p.commit, p.command, p.finished_at)  # the pass's, kept once
+        records = {r.run: r if r.provenance else replace(r, provenance=made)
+                   for r in (EngineRecord.from_json(e) for e in entry.data["records"])}
         return (records, entry.data["reference"], entry.data["margin"],
                 [Check.from_json(c) for c in entry.data["checks"]], entry.provenance)
 
