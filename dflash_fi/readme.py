@@ -167,13 +167,15 @@ def results_page() -> str:
                 parts += [f"Where the host time of a decoding step goes, {pair.value}, batch {batch}:", "",
                           build_table(turns, pair, batch), ""]
     if S.Section.PROFILE in summary.entries:
-        from dflash_fi.bench.profile import BATCHES, anatomy, latest_profile
+        from dflash_fi.bench.profile import BATCHES, anatomy, gap_table, latest_profile
 
         profile = latest_profile(summary)
         parts += ["## Where a draft build's host time goes", "", "cProfile inside every metadata build, which slows what "
                   "it watches; read where the time goes, not how much.", ""]
         for batch in BATCHES:
-            parts += [f"Batch {batch}:", "", anatomy(profile, batch), ""]
+            parts += [f"Batch {batch}:", "", anatomy(profile, batch), "", f"The host-build gap by cause, batch {batch}: "
+                      "the final draft's builders against the FLASH_ATTN draft's, role by role:", "",
+                      gap_table(profile, batch), ""]
     if S.Section.BENCH_KERNELS in summary.entries:
         kernels = latest_kernels(summary)
         parts += ["## Kernels", "", kernel_pivot_table(kernel_pivot(kernels)), "", "All kernels, 32/8 heads:", "",

@@ -94,3 +94,51 @@ def anatomy(profile: dict, batch: int, role: str = "draft step", top: int = 6) -
               f"({r['file']}:{r['line']}) | {r['calls_per_build']:.1f} | {r['own_ms_per_build']:.4f} |"
               for r in anatomy_rows(profile, batch, role, top)]
     return "\n".join(lines)
+
+
+PROFILER_OWN = "_lsprof"  # cProfile's own enable/disable, in every profile: not the build's time
+
+
+def gap_rows(profile: dict, batch: int, top: int = 3) -> list[dict]:
+    """The host-build gap by cause, per builder role (the runner's target-step builds, the drafter's): the profiled
+    ms per decoding step of each builder in the FLASH_ATTN draft's engine and in the final FlashInfer draft's, and
+    the final builders' `top` functions by own ms per step, with file and line (cProfile's own calls left out).
+    Profiled: read the shares, not the sizes."""
+    from dflash_fi.engine.records import EngineRecord, Role
+
+    final, flash_attn = profile_runs()[-1], profile_runs()[0]
+    records = {r.run: r for r in (EngineRecord.from_json(e) for e in profile["engines"])
+               if r.spec.num_prompts == batch and r.ok}
+    if final not in records or flash_attn not in records:
+        return []
+
+    def builders(record, role):
+        steps = max(sum(g.steps for g in record.generates.values()), 1)
+        return [(p.key, p.total_s * 1000 / steps,
+                 [(f.function, importable_path(f.file), f.line, f.own_s * 1000 / steps)
+                  for f in p.functions if PROFILER_OWN not in f.function][:top])
+                for p in record.build_profiles if p.key.role is role]
+    return [{"role": role, "flash_attn": builders(records[flash_attn], role), "final": builders(records[final], role)}
+            for role in Role]
+
+
+def gap_table(profile: dict, batch: int) -> str:
+    """Markdown of `gap_rows`: a row per role, and the total."""
+    from dflash_fi.engine.identity import label
+
+    rows = gap_rows(profile, batch)
+    if not rows:
+        return f"no profile of both drafts at batch {batch}"
+
+    def named(builders):
+        return "; ".join(f"{key.backend} ({key.layers} layers) {ms:.3f}" for key, ms, _ in builders)
+    lines = [f"| builds | {label(profile_runs()[0])}: builders, ms per step | {label(profile_runs()[-1])} | "
+             "difference | where the final's builds spend it (own ms per step, file:line) |", "|---|---|---|---|---|"]
+    total = 0.0
+    for r in rows:
+        gap = sum(ms for _, ms, _ in r["final"]) - sum(ms for _, ms, _ in r["flash_attn"])
+        total += gap
+        where = "; ".join(f"`{f}` {ms:.3f} ({file}:{line})" for _, _, functions in r["final"]
+                          for f, file, line, ms in functions)
+        lines.append(f"| {r['role'].value} | {named(r['flash_attn'])} | {named(r['final'])} | {gap:+.3f} | {where} |")
+    return "\n".join([*lines, f"| all | | | {total:+.3f} | |"])
