@@ -117,6 +117,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in CASES:
         print(f"usage: python -m dflash_fi.lab.plan_race {'|'.join(CASES)}", file=sys.stderr)
         return 2
+    import torch
+
+    if not torch.cuda.is_available():
+        print("python -m dflash_fi.lab.plan_race: needs a CUDA GPU (FlashInfer's wrapper and a sleeping GPU)",
+              file=sys.stderr)
+        return 2
     print(json.dumps(race(argv[0])))
     return 0
 

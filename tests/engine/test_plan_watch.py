@@ -62,3 +62,14 @@ def test_watched_plans_round_trip_with_their_generate():
     again = generate_from_json(to_plain(result))
     assert again.plans == result.plans and again.plan_watch(Role.DRAFT).pending == 1
     assert generate_from_json(to_plain(output(plans=None))).plans is None
+
+
+def test_the_isolation_experiment_refuses_an_unknown_case_and_a_machine_without_a_gpu():
+    import subprocess
+    import sys
+
+    for args in (["bogus"], ["probe"]):
+        if args == ["probe"] and torch.cuda.is_available():
+            continue  # on a GPU the probe runs: tests/gpu/test_xqa.py
+        done = subprocess.run([sys.executable, "-m", "dflash_fi.lab.plan_race", *args], capture_output=True, text=True)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
