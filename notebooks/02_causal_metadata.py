@@ -17,15 +17,13 @@
 # %% [markdown]
 # # 2 · The metadata builder: a `causal` field, and all-prefill batches
 #
-# Once a backend is chosen, every forward pass starts with its **metadata builder**. vLLM's model runner (for
-# the target) and DFlash's proposer (for the draft) describe the batch in a `CommonAttentionMetadata`:
-# where each request's queries start, how long each sequence is, the page table, and `causal`. The backend's
-# builder turns that into its own metadata, deciding which kernels run which requests.
-#
-# FlashInfer's builder (the third box of notebook 1's picture) first splits the batch into decodes and prefills
-# (`split_decodes_and_prefills`): requests with at most `reorder_batch_threshold` query tokens are *decode*
-# requests, served by decode kernels (or TRTLLM); the rest are *prefill* requests. The runner orders every batch
-# decodes first, so the split is one boundary:
+# Once a backend is chosen, every forward pass starts with its **metadata builder**. The model runner (for the
+# target) and DFlash's proposer (for the draft) describe the batch in a `CommonAttentionMetadata` (query starts,
+# sequence lengths, page table, and `causal`); the builder turns it into the backend's metadata, deciding which
+# kernels run which requests. FlashInfer's builder (the third box of notebook 1's picture) first splits the batch
+# (`split_decodes_and_prefills`): requests with at most `reorder_batch_threshold` query tokens are *decodes*,
+# served by decode kernels (or TRTLLM), the rest *prefills*. The runner orders decodes first, so the split is one
+# boundary:
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
@@ -41,7 +39,7 @@ from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 
 from dflash_fi.notebook import show_hunks, show_source
 
-show_source(split_decodes_and_prefills, [(r"max_query_len = ", r"return num_reqs, 0, num_tokens, 0"),
+show_source(split_decodes_and_prefills, [(r"^    if \($", r"return num_reqs, 0, num_tokens, 0"),
                                          (r"query_lens = query_start_loc", r"return 0, num_reqs"),
                                          (r"first_prefill = ", r"return \(num_decodes")], mark=(r"decode_threshold",))
 
@@ -53,38 +51,33 @@ show_source(split_decodes_and_prefills, [(r"max_query_len = ", r"return num_reqs
 # field for it:
 
 # %%
-show_hunks(2, only=[1])
+show_hunks(2, only=[1], max_lines=None)
 
 # %% [markdown]
-# A 16-token draft request is longer than the threshold on an H100/H200 (1), so the split above already makes it a
-# prefill there. Where the threshold is higher (on Blackwell, below) it would be a decode, and a decode kernel (or
-# TRTLLM's decode path for speculation) cannot let a query token see the query tokens after it. So a non-causal
-# batch skips the split and goes to prefill whole:
+# A 16-token draft request is a prefill on an H100/H200 (threshold 1), but where the threshold is higher (Blackwell,
+# below) it would be a decode, and a decode kernel cannot let a query token see the ones after it. So a non-causal
+# batch goes to prefill whole (hunk 2), and `build()` writes its causality into the metadata DFlash's guard reads
+# (hunk 3):
 
 # %%
-show_hunks(2, only=[2])
-
-# %% [markdown]
-# And `build()` writes the batch's causality into the metadata it returns, which is what DFlash's guard reads:
-
-# %%
-show_hunks(2, only=[3])
+show_hunks(2, only=[2, 3], max_lines=None)
 
 # %% [markdown]
 # ## What each batch becomes
 #
 # The real `FlashInferMetadataBuilder.build()` of steps 1 and 2, on six standard batches (the DFlash ones are
-# what the proposer builds: one block of 16 queries per request). Each cell: how many of the batch's requests
-# go to decode and to prefill kernels, on which path, and the causality `plan()` was given; for draft batches
-# also `metadata.causal` and DFlash's own check. FlashInfer's wrapper objects are the only doubles (they would
-# JIT-compile CUDA kernels); each records its `plan()` call. On an H100/H200 (threshold 1):
+# what the proposer builds: one block of 16 queries per request). Each cell: the batch's decode and prefill
+# requests, on which path, the causality `plan()` was given, and for draft batches `metadata.causal` and DFlash's
+# check. FlashInfer's wrappers are the only doubles (each records its `plan()` call); rows that change are bold. On
+# an H100/H200 (threshold 1):
 
 # %%
 from dflash_fi.lab.routes import Decode, dflash_check, label, metadata_causal
 from dflash_fi.lab.routing import routing_report, routing_table
+from dflash_fi.notebook import changed_rows
 from dflash_fi.vocabulary import BLACKWELL
 
-show(routing_table(steps=(1, 2)))
+show(changed_rows(routing_table(steps=(1, 2))))  # the rows that change: bold, and what changes in them
 step1, step2 = (routing_report(s).routes[0] for s in (1, 2))
 verdict(f"the draft's routing is the same at both steps ({step2.num_prefills} prefill requests, "
       f"plan causal={step2.plan_causal}); what changes is metadata.causal ({metadata_causal(step1)} -> "
@@ -96,22 +89,20 @@ verdict(f"the draft's routing is the same at both steps ({step2.num_prefills} pr
 # speculative decoding, so the DFlash draft's 16-token requests would be decodes:
 
 # %%
-show(routing_table(steps=(1, 2), capability=BLACKWELL, trtllm=True))
+show(changed_rows(routing_table(steps=(1, 2), capability=BLACKWELL, trtllm=True)))
 step1_blackwell, step2_blackwell = (routing_report(s, trtllm=True).routes[0] for s in (1, 2))
 verdict(f"on Blackwell step 1 sends the draft to {label(step1_blackwell.decode)} "
       f"({step1_blackwell.num_decodes} decode requests); step 2 makes them {step2_blackwell.num_prefills} "
       f"prefill requests, on {label(step2_blackwell.prefill)}: still causal, which step 4 fixes.")
 
 # %% [markdown]
-# DFlash's check passes now, but look at the draft's `plan causal=True`: the prefill wrapper is still planned
-# causal (and on Blackwell the prefill is TRTLLM's, causal too). This half-finished state **runs, and is
-# silently wrong**: every block token sees only the block tokens before it. The reference decoder says what
-# that costs, and vLLM on the GPU must agree.
+# DFlash's check passes now, but the draft is still planned `causal=True`: this state **runs, and is silently
+# wrong**, every block token seeing only the block tokens before it.
 #
 # ## On the GPU
 #
-# The FLASH_ATTN draft and step 2's, started in the first cell (notebook 0, "Numbers you will see"; the FLASH_ATTN
-# draft's tau here may differ from notebook 1's by the verification step or two it explains):
+# The FLASH_ATTN draft and step 2's, started in the first cell; then their acceptance per draft position, against
+# the reference decoder's two predictions:
 
 # %%
 from dflash_fi.evidence.live import show_engine_calls
@@ -131,26 +122,17 @@ with wrapped_lines():
           f"causal {reference['tau_causal']:.3f}")
     checks = session.check(records, reference)
 
-# %% [markdown]
-# Acceptance per draft position, with the reference decoder's two predictions:
-
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import acceptance_by_position
 
 acceptance_by_position(records, live_runs, title="Step 2 runs silently causal: acceptance per draft position",
                        reference=reference);
 fa, s2 = (records[run].generate().acceptance.per_position for run in live_runs)
-
-
-def mean_distance(a, b):
-    return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
-
-
 ref = reference["per_position_acceptance"]
-verdict(f"step 2 is {mean_distance(s2, ref['causal']):.3f} from the reference's causal curve on average "
-      f"and {mean_distance(s2, ref['noncausal']):.3f} from its non-causal one; the FLASH_ATTN draft "
-      f"{mean_distance(fa, ref['noncausal']):.3f} from the non-causal one. At the first position step 2 accepts "
-      f"{s2[0]:.2f} of drafts against {fa[0]:.2f}.")
+to_causal, to_noncausal = (sum(abs(x - y) for x, y in zip(s2, ref[k])) / len(s2) for k in ("causal", "noncausal"))
+verdict(f"step 2 is {to_causal:.3f} from the reference's causal curve on average and {to_noncausal:.3f} from its "
+        f"non-causal one: it drafts causally. At the first position it accepts {s2[0]:.2f} of drafts against the "
+        f"FLASH_ATTN draft's {fa[0]:.2f}.")
 
 # %% [markdown]
 # ### Check
@@ -167,11 +149,10 @@ check(f"the walkthrough's {len(checks)} checks for step 2 pass", bool(checks) an
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# - The builder's decode/prefill split decides which kernels run; a non-causal batch must be all prefill.
-# - Step 2's `causal` field satisfies DFlash's guard, and the engine runs, with the acceptance of causal drafting.
-#
-# Next, notebook 3: FlashInfer's `plan()` and `run()` (the picture's next two boxes), and a wrapper of the draft's
-# own, planned non-causal.
+# The builder's decode/prefill split decides which kernels run; a non-causal batch must be all prefill. Step 2's
+# `causal` field satisfies DFlash's guard, and the engine runs, with the acceptance of causal drafting. Next,
+# notebook 3: FlashInfer's `plan()` and `run()` (the picture's next two boxes), and a wrapper of the draft's own,
+# planned non-causal.
 
 # %% [markdown]
 # ## Appendix

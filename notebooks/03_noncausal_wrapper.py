@@ -19,14 +19,10 @@
 #
 # FlashInfer splits attention in two calls (the fourth and fifth boxes of notebook 1's picture).
 # `BatchPrefillWithPagedKVCacheWrapper.plan(...)` takes the batch's shape (`qo_indptr`, `paged_kv_indptr`, heads,
-# page size, **`causal`**), picks and loads a kernel, and computes a work schedule on the CPU. `run(q, kv_cache)`
-# then launches that kernel, as often as there are layers. The causality is fixed at plan time: `run()` cannot
-# change it.
-#
-# vLLM's FlashInfer builder keeps **one** prefill wrapper, shared by every causal layer group of a step and
-# planned `causal=True`. So the draft gets its own wrapper, created on first use, planned `causal=False`, and
-# never handed to a causal batch; `forward` checks that the wrapper it runs was planned with the batch's
-# causality.
+# page size, **`causal`**), picks a kernel and computes a work schedule on the CPU; `run(q, kv_cache)` launches it,
+# once per layer, and cannot change the causality `plan()` fixed. vLLM's FlashInfer builder keeps **one** prefill
+# wrapper, shared by every causal layer group and planned `causal=True`. So the draft gets a wrapper of its own,
+# planned `causal=False`, never handed to a causal batch.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.evidence import plan as P
@@ -40,52 +36,35 @@ session = setup("03_noncausal_wrapper", live=live_runs)
 # %% [markdown]
 # ## Step 3, hunk by hunk
 #
-# First, somewhere to keep the second wrapper. It is never handed to a causal batch, so nothing a causal layer
-# group plans can change the draft's causality, and the other way round:
+# Somewhere to keep the second wrapper (hunk 1), never handed to a causal batch, so nothing a causal layer group
+# plans can change the draft's causality. Asked with `causal=False`, `_get_prefill_wrapper()` creates it on first
+# use (hunk 2; `backend="auto"` leaves the kernel to FlashInfer, step 5 revisits that), after a check for what has
+# no non-causal path at all, which `build()` makes before anything else (hunk 3, below):
 
 # %%
 from dflash_fi.notebook import show_hunks
 
-show_hunks(3, only=[1])
+show_hunks(3, only=[1, 2, 3], max_lines=None, joined=True)
 
 # %% [markdown]
-# The builder asks for its prefill wrapper through `_get_prefill_wrapper()`; asked with `causal=False`, it now
-# creates the non-causal wrapper on first use. `backend="auto"` leaves the kernel to FlashInfer (step 5 revisits
-# that choice). The check it calls first is for what has no non-causal path at all (the next section):
+# The fix itself: the prefill branch of `build()` asks for the wrapper of the batch's causality, and `plan()` is
+# told it, where stock vLLM says `causal=True` whatever the batch (hunks 4 and 5). Stock `forward` asserted that
+# every prefill wrapper was planned causal; it now compares the wrapper's planned causality with the metadata's,
+# so a wrapper planned the wrong way fails loudly at `run()` time (hunk 6).
 
 # %%
-show_hunks(3, only=[2])
+show_hunks(3, only=[4, 5, 6], max_lines=None, joined=True)
 
 # %% [markdown]
-# `build()` makes that check before anything else, so that a refused batch leaves everything as it was:
-
-# %%
-show_hunks(3, only=[3])
-
-# %% [markdown]
-# These two lines are the fix itself: the prefill branch of `build()` asks for the wrapper of the batch's causality,
-# and `plan()` is told it, where stock vLLM says `causal=True` whatever the batch:
-
-# %%
-show_hunks(3, only=[4, 5])
-
-# %% [markdown]
-# Stock vLLM's `forward` asserted that every prefill wrapper it runs was planned causal. A non-causal wrapper would
-# fail that, so the assertion now compares the wrapper's planned causality with the metadata's: a wrapper planned
-# the wrong way still fails loudly at `run()` time, instead of computing the wrong attention.
-
-# %%
-show_hunks(3, only=[6])
-
-# %% [markdown]
-# The draft now has its own wrapper, planned non-causal; target batches keep the shared causal one:
+# Then the routing: the draft's rows change, the target's keep the shared causal wrapper.
 
 # %%
 from dflash_fi.lab.batches import DRAFT, PREFILL
 from dflash_fi.lab.routes import Prefill, label
 from dflash_fi.lab.routing import routing_report, routing_table
+from dflash_fi.notebook import changed_rows
 
-show(routing_table(steps=(2, 3)))
+show(changed_rows(routing_table(steps=(2, 3))))  # the rows that change: bold, and what changes in them
 routes = {r.batch: r for r in routing_report(3).routes}
 draft, target = routes[DRAFT], routes[PREFILL]
 verdict(f"only the draft rows change, to '{label(draft.prefill)}' planned causal={draft.plan_causal}; "
@@ -94,10 +73,9 @@ verdict(f"only the draft rows change, to '{label(draft.prefill)}' planned causal
 # %% [markdown]
 # ## What has no non-causal path says so, before it touches anything
 #
-# With DCP, attention is split into a context part and a new-token part that assumes causal new tokens; an NVFP4
-# KV cache is served by TRTLLM kernels only. Both have no non-causal FlashInfer path.
-# This step refuses such a batch first thing in `build()`, before it logs, plans or writes, so that the
-# caller's metadata and the builder's own buffers are left as they were:
+# DCP splits attention into a context part and a new-token part that assumes causal new tokens; an NVFP4 KV cache
+# is served by TRTLLM kernels only. Neither has a non-causal FlashInfer path, so step 3 refuses such a batch first
+# thing in `build()`, leaving the caller's metadata and the builder's buffers as they were:
 
 # %%
 from vllm.config import set_current_vllm_config
@@ -126,44 +104,9 @@ for name, message in errors.items():
 print("caller's metadata, the builder's page-table buffers and its wrappers untouched:", untouched)
 
 # %% [markdown]
-# **Where this step differs from upstream, on purpose.** vLLM 0.24.0 (which contains PR #43081) refuses DCP in
-# `build()` after the decode/prefill split and the TRTLLM decision, before it logs or plans, and refuses NVFP4
-# only when `build()` asks for the non-causal wrapper: by then the builder has written its page-table buffers.
-# Here both are refused at the top of `build()`: a refused batch changes nothing. Read from vLLM 0.24.0's wheel
-# (`vllm/v1/attention/backends/flashinfer.py`, `build()` and `_get_prefill_wrapper()`), not run here.
-#
-# ## The kernel itself, against the reference
-#
-# On the GPU, FlashInfer's real non-causal paged prefill on DFlash-shaped batches (16 queries per request,
-# pages of 16 scattered through the cache), with FlashInfer's fa2 kernel (the only one it has for an RTX 4090) and
-# with `auto` (FlashInfer's own choice, which PR #43081's wrapper leaves it), bf16 and fp8-e4m3 KV, against
-# `dflash_fi.reference.paged_attention`
-# in fp32 on the same inputs. The column "kernel run" is the kernel FlashInfer actually dispatched. The last
-# column is how far the *causal* reference is from the kernel's output: what step 2 got wrong.
-
-# %% tags=["gpu", "nbval-ignore-output"]
-from dflash_fi.bench.accuracy import ERROR_BOUND, error_table, kernel_errors
-
-if session.gpu_cell():
-    errors_by_kernel = kernel_errors()
-    show(error_table(errors_by_kernel))
-    worst = max(r["max_abs_err"] for r in errors_by_kernel)
-    nearest_causal = min(r["distance_to_causal"] for r in errors_by_kernel)
-    auto_ran = {r["kv_dtype"]: r["ran"] for r in errors_by_kernel if r["backend"] == "auto"}
-    verdict(f"every kernel is within {worst:.1e} of the non-causal reference and at least {nearest_causal:.1e} from "
-            f"the causal one; the bound between them is {ERROR_BOUND}. Left to choose, FlashInfer ran "
-            + ", ".join(f"{kernel} for {kv}" for kv, kernel in auto_ran.items())
-            + f" KV on {session.gpu.name}: FlashInfer's fa3 kernel has no form for bf16 queries over an FP8 "
-            "cache.")
-    check("FlashInfer's non-causal prefill matches the non-causal reference, not the causal one",
-          worst < ERROR_BOUND < nearest_causal, f"{len(errors_by_kernel)} kernels")
-
-# %% [markdown]
 # ## On the GPU: the first correct step
 #
-# No speculation, the FLASH_ATTN draft, and steps 2 and 3, started in the first cell (notebook 0, "Numbers you will
-# see"; the FLASH_ATTN draft's tau here may differ from notebooks 1 and 2 by the verification step or two it
-# explains):
+# No speculation, the FLASH_ATTN draft, and steps 2 and 3, started in the first cell:
 
 # %%
 from dflash_fi.evidence.live import show_engine_calls
@@ -187,9 +130,9 @@ from dflash_fi.figures import acceptance_by_position
 acceptance_by_position(records, live_runs[1:], title="Step 3 plans the draft non-causal: acceptance per position",
                        reference=reference);
 fa, s2, s3 = (records[run].generate().acceptance.per_position for run in live_runs[1:])
-verdict(f"step 3 lies on the FLASH_ATTN draft (largest difference "
-      f"{max(abs(a - b) for a, b in zip(fa, s3)):.3f} over 15 positions), step 2 well below "
-      f"({s2[0]:.2f} against {s3[0]:.2f} at the first position).")
+verdict(f"step 3 (triangles) lies on the FLASH_ATTN draft (circles), the largest difference "
+        f"{max(abs(a - b) for a, b in zip(fa, s3)):.3f} over {len(s3)} positions, so one is drawn inside the other; "
+        f"step 2 is well below ({s2[0]:.2f} against {s3[0]:.2f} at the first position).")
 
 # %% [markdown]
 # ### Check
@@ -207,15 +150,43 @@ check(f"the walkthrough's {len(checks)} checks for step 3 pass", bool(checks) an
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# - `plan()` fixes causality; a wrapper of the draft's own, planned non-causal, makes the draft correct.
-# - Step 3's draft has the FLASH_ATTN draft's acceptance, and greedy output equal to plain decoding's wherever the
-#   target is not at a near-tie (the check above counts the partings).
-# - What has no non-causal path is refused before it changes anything.
-#
+# `plan()` fixes causality; a wrapper of the draft's own, planned non-causal, gives the draft the FLASH_ATTN draft's
+# acceptance, and greedy output equal to plain decoding's wherever the target is not at a near-tie; what has no
+# non-causal path is refused before it changes anything. (FlashInfer's kernel against the reference: the appendix.)
 # Next, notebook 4: Blackwell's TRTLLM kernels, the last hunk of the PR, and the RTX 4090 case running.
 
 # %% [markdown]
 # ## Appendix
+
+# %% [markdown]
+# **Where this step differs from upstream, on purpose.** vLLM 0.24.0 (which contains PR #43081) refuses DCP in
+# `build()` after the decode/prefill split and the TRTLLM decision, before it logs or plans, and refuses NVFP4
+# only when `build()` asks for the non-causal wrapper: by then the builder has written its page-table buffers.
+# Here both are refused at the top of `build()`: a refused batch changes nothing. Read from vLLM 0.24.0's wheel
+# (`vllm/v1/attention/backends/flashinfer.py`, `build()` and `_get_prefill_wrapper()`), not run here.
+
+# %% [markdown]
+# **The kernel itself, against the reference.** On the GPU, FlashInfer's non-causal paged prefill on DFlash-shaped
+# batches, with its fa2 kernel (all an RTX 4090 has) and with `auto` (PR #43081's choice), bf16 and fp8-e4m3 KV,
+# against `dflash_fi.reference.paged_attention` in fp32 ("kernel run": what FlashInfer dispatched; the last column:
+# how far the *causal* reference is).
+
+# %% tags=["gpu", "nbval-ignore-output", "appendix"]
+from dflash_fi.bench.accuracy import ERROR_BOUND, error_table, kernel_errors
+
+if session.gpu_cell():
+    errors_by_kernel = kernel_errors()
+    show(error_table(errors_by_kernel))
+    worst = max(r["max_abs_err"] for r in errors_by_kernel)
+    nearest_causal = min(r["distance_to_causal"] for r in errors_by_kernel)
+    auto_ran = {r["kv_dtype"]: r["ran"] for r in errors_by_kernel if r["backend"] == "auto"}
+    verdict(f"every kernel is within {worst:.1e} of the non-causal reference and at least {nearest_causal:.1e} from "
+            f"the causal one; the bound between them is {ERROR_BOUND}. Left to choose, FlashInfer ran "
+            + ", ".join(f"{kernel} for {kv}" for kv, kernel in auto_ran.items())
+            + f" KV on {session.gpu.name}: FlashInfer's fa3 kernel has no form for bf16 queries over an FP8 "
+            "cache.")
+    check("FlashInfer's non-causal prefill matches the non-causal reference, not the causal one",
+          worst < ERROR_BOUND < nearest_causal, f"{len(errors_by_kernel)} kernels")
 
 # %% tags=["appendix"]
 from dflash_fi.notebook import show_step_diff

@@ -1,4 +1,4 @@
-"""The kernel benchmark's results as the evidence summary keeps them, and their summaries (README, notebook 08).
+"""The kernel benchmark's results as the evidence summary keeps them, and their summaries (README, notebook 09).
 
 The engine benchmark's summaries (engines in turns, pairs of rounds, the targets) are `dflash_fi.bench.turns`.
 """
@@ -40,7 +40,7 @@ def build_rows(results: dict, kv_dtypes: tuple[str, ...] | None = None) -> list[
 def build_summary(results: dict, kv_dtypes: tuple[str, ...] | None = None) -> str:
     """Markdown: per KV dtype (`kv_dtypes`, default all), batch and context, each builder's host ms per draft-step
     metadata build, the GPU idle and busy (a build that waits for the GPU takes about the queued kernel's time when it
-    is busy), and the final FlashInfer draft's build against FLASH_ATTN's plus BUILD_TARGET_MS,
+    is busy), and the final FlashInfer draft's build against FLASH_ATTN's plus BUILD_TARGET_MS (issue #32's target),
     the GPU busy. NoRecord without host-build rows."""
     from dflash_fi.bench.builds import builder_names
     from dflash_fi.bench.turns import BUILD_TARGET_MS

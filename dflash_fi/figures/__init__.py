@@ -8,7 +8,7 @@
     acceptance.py  acceptance per draft position (02, 03), tau per run (04)
     benchmarks.py  kernel times, the final kernel against vLLM's FlashAttention, FlashInfer against FLASH_ATTN drafts
                    in pairs of rounds, a decoding step's time (07, README); the SVGs of docs/figures/
-    today.py       notebook 09's tables: step 4 against vLLM 0.24.0, the lesson's places in three releases, the steps
+    today.py       notebook 10's tables: step 4 against vLLM 0.24.0, the lesson's places in three releases, the steps
                    against upstream
     rendered.py    how many browser screens a notebook's nbconvert HTML takes (`python -m dflash_fi.figures.rendered`)
 

@@ -1,4 +1,4 @@
-"""Pictures of the benchmarks (notebooks 05-08, README): kernel times, the final kernel against vLLM's FlashAttention,
+"""Pictures of the benchmarks (notebooks 05, 08, 09, README): kernel times, the final kernel against vLLM's FlashAttention,
 engine throughput, a decoding step's time.
 
 `write_benchmark_figures` (`dflash-fi figures`) writes them as SVG under docs/figures/ (text files, so the tree

@@ -1,4 +1,4 @@
-"""Notebook 09's tables and listings, rendered from the data of `dflash_fi.lab.merged` and `dflash_fi.lab.today`.
+"""Notebook 10's tables and listings, rendered from the data of `dflash_fi.lab.merged` and `dflash_fi.lab.today`.
 
     comparison_table(builds)   step 4 against vLLM 0.24.0: how many builds agree, and each named difference
     places_table()             each place the lesson taught: what changed it from release to release, and why

@@ -52,7 +52,7 @@ _MEASURES = (
     Term("top-2 gap, nats", (r"top-2 gap", r"\bnats?\b"), "at one position of an output, the target's logprob of its "
          "best candidate minus that of its second best, in nats (natural-log units: 0.69 = twice as likely, 0 = a tie)."),
     Term("near-tie", (r"near-tie",), "a position where an output parts from its baseline's and the top-2 gap there is "
-         "within the near-tie margin (measured from correct engines, 'Numbers you will see'): rounding can flip such "
+         "within the near-tie margin (measured from correct engines, notebook 9's appendix): rounding can flip such "
          "a choice. A parting at a larger gap, a *confident token*, fails a check."),
     Term("the mixed workload", (r"mixed workload",), "prompts of many lengths with many `max_tokens`, more requests "
          "than `max_num_seqs`: prefills run beside decodes and batches change shape. The walkthrough runs it "
@@ -64,6 +64,16 @@ _MEASURES = (
          "engines over paired rounds: the estimate, and the range that 95% of bootstrap resamples of the rounds give. "
          "An A/A pair, two engines of the same configuration, shows how wide that range is when nothing differs; a "
          "target is met or missed when the whole range is on one side of it, unresolved when it straddles it."),
+    Term("attention backend, selector", (), "the class that runs a layer's attention (FLASH_ATTN, FLASHINFER, ...); "
+         "at engine start the selector takes the first of the GPU's priority list whose `validate_configuration` "
+         "does not refuse."),
+    Term("metadata builder, `build()`", (), "a backend's builder turns each batch into the metadata its kernels "
+         "read, on the host."),
+    Term("KV cache, FP8", (), "the keys and values so far, in pages; `kv_cache_dtype=\"fp8\"` stores them in 8 bits."),
+    Term("step, hunk", (), "a step is a few hunks: exact text replacements in vLLM 0.22.1's FlashInfer backend, each "
+         "with its why."),
+    Term("XQA", (r"\bXQA\b",), "FlashInfer's decode kernel from TensorRT-LLM: it reads vLLM's block table itself, "
+         "with no `plan()`."),
     Term("#48167 (a bare number)", (r"(?<!PR )#\d{4,}",), "a vLLM pull request (PR) by its number on GitHub, "
          "vllm-project/vllm: PR #43081 is the change this tutorial rebuilds (steps 1-4); #48167 is upstream's later "
          "fix of FlashInfer's CUDA-graph claim (step 5)."),

@@ -1,4 +1,4 @@
-"""The host-work lab's results as markdown tables (notebook 06): each takes what a `dflash_fi.lab.host_work` function
+"""The host-work lab's results as markdown tables (notebook 07): each takes what a `dflash_fi.lab.host_work` function
 returned, keyed by step (or KV dtype), so that a notebook computes once and both shows and checks the same rows."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ batches (Blackwell). vLLM asks with the config of the layers in question: DFlash
 The kernel: PR #43081's non-causal wrapper uses `backend="auto"`, which is FA3 on SM 9.0 and FA2 on every
 other GPU FlashInfer runs here (an RTX 4090 has only FA2). A DFlash draft request brings one block of
 1 + num_speculative_tokens = 16 query tokens; for queries that short FA2 is the faster kernel on SM 9.0
-(`dflash-fi bench kernels`, notebook 08), and FlashInfer's FA3 has no kernel for the
+(`dflash-fi bench kernels`, notebook 09), and FlashInfer's FA3 has no kernel for the
 bf16 queries vLLM's FlashInfer backend keeps on an FP8 KV cache (`flashinfer.utils.is_fa3_backend_supported`).
 So the non-causal wrapper asks for FA2 on every architecture.
 """

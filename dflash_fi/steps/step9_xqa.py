@@ -46,8 +46,8 @@ pieces, and `XQADraft` holds the batch's own `seq_lens` tensor, which DFlash mak
 would read a stale one. `get_cudagraph_support` keeps step 6's answer for a draft config.
 
 The plan race (a wrapper planned again before its last `run()` ran): XQA plans nothing, so step 9's draft
-cannot meet it; `docs/plan-race.md` says why steps 4 and 8 do not either, to be confirmed by
-`tests/gpu/test_xqa.py`.
+cannot meet it; `docs/plan-race.md` says where steps 4, 7 and 8 stand, and the walkthrough's race checks count
+it in the engines.
 """
 
 from dflash_fi.steps import step8_plan_once as previous

@@ -15,7 +15,7 @@
 # ---
 
 # %% [markdown]
-# # 9 · vLLM today: where PR #43081 went, from 0.24.0 to 0.33.0
+# # 10 · vLLM today: where PR #43081 went, from 0.24.0 to 0.33.0
 #
 # The lesson builds on vLLM 0.22.1. PR #43081 shipped in vLLM 0.24.0; vLLM 0.33.0 is today's. This notebook reads
 # both from their own wheels (fetched from PyPI once into `artifacts/upstream/`, each file checked against its sha256,
@@ -27,7 +27,7 @@ from dflash_fi.evidence.live import setup
 from dflash_fi.notebook import check, show, verdict
 from dflash_fi.upstream import SHA256, source
 
-session = setup("09_vllm_today")
+session = setup("10_vllm_today")
 for version, path in sorted(SHA256):
     source(version, path)  # fetched once, checked every time
 print(f"{len(SHA256)} files of vLLM {', '.join(sorted({v for v, _ in SHA256}))} read, each as pinned")
