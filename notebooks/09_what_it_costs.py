@@ -210,8 +210,8 @@ else:
 from dflash_fi.bench.builds import builder_names, measure_builds
 from dflash_fi.bench.results import build_summary
 
-step7, final_build, fa_build = builder_names()
 if session.gpu_cell():
+    step7, final_build, fa_build = builder_names()
     live = {(r["kernel"], r["batch"]): r for r in measure_builds("auto", (1, 32), (2048,), print_fn=lambda line: None)}
     show(build_summary({"rows": list(live.values())}))
     verdict("with the GPU busy, the final FlashInfer draft's build takes " + ", ".join(
@@ -222,8 +222,10 @@ if session.gpu_cell():
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
+from dflash_fi.bench.builds import builder_names
 from dflash_fi.bench.results import build_rows
 
+step7, final_build, fa_build = builder_names()
 builds = kernels and recorded(lambda: build_rows(kernels, ("bf16",)), "host-build rows of the kernel benchmark")
 if kernels:
     check("the kernel benchmark has the final kernel and FlashAttention at every engine-benchmark batch and context",
@@ -264,7 +266,7 @@ for what, record in (("the kernel benchmark", kernels), ("its host-build rows", 
 
 # %% tags=["appendix", "nbval-ignore-output"]
 from IPython.display import display
-from dflash_fi.bench.results import kernel_summary
+from dflash_fi.bench.results import build_summary, kernel_summary
 from dflash_fi.bench.turns import turns_table, vcpu_summary
 from dflash_fi.figures.listings import folded_markdown
 
@@ -316,7 +318,7 @@ so what moves is the number of verification steps; the checks allow 1% on the sa
 blocks, plain decoding its decode kernels; two backends sum in different orders, and where the target's two best
 candidates are nearly tied the choice can flip. A check therefore asks the baseline's top-2 gap at the first parting
 to be within a *near-tie margin*, measured from the walkthrough's own pairs of correct engines"""
-if margin:
+if margin and margin.get("margin") is not None:
     method += (f": they parted {margin['partings']} times, at gaps up to {margin['largest_gap']:.3f} nats "
                f"({margin['partings_at_confident_tokens']} at a confident token), so the margin is "
                f"{margin['margin']:.3f} nats ({margin['rule']})")

@@ -129,8 +129,8 @@ SCHEDULE_BYTES = 1 << 16
 
 def plan_watch(worker, install: bool = False) -> list[dict]:
     """[{"role", "plans", "pending", "pending_changed"}] since the last call (then reset). `install=True` wraps the
-    plan() of FlashInfer's prefill and decode wrappers (vLLM's `fast_plan_decode`, the target's graph decode, is
-    not watched). After each plan a CUDA event marks its copies on the stream; the next plan of the same wrapper
+    plan() of FlashInfer's prefill and decode wrappers (a graph decode wrapper's replans through FlashInfer's
+    `fast_decode_plan`, which vLLM's `fast_plan_decode` calls after the first, are not watched). After each plan a CUDA event marks its copies on the stream; the next plan of the same wrapper
     asks it without waiting: not reached yet, that plan rewrote the pinned buffer the copy still reads
     (`pending`), and `pending_changed` if the schedule bytes it wrote differ from the previous plan's."""
     import torch

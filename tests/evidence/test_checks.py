@@ -30,6 +30,11 @@ PROVENANCE = Provenance("NVIDIA H200", "9.0", {"vllm": "0.22.1", "flashinfer": "
 
 
 CALM_PLANS = (PlanWatch(Role.DRAFT, 40, 3, 0), PlanWatch(Role.TARGET, 80, 0, 0))  # pending, but the same schedule
+XQA_PLANS = (PlanWatch(Role.TARGET, 80, 0, 0),)  # a draft on XQA plans nothing
+
+
+def plans_of(run: RunId):
+    return XQA_PLANS if run.step >= FINAL and run.kv_cache_dtype == "auto" else CALM_PLANS
 
 
 def output(tokens=TOKENS, tau=None, ties=TIES, larger=3, plans=CALM_PLANS):
@@ -46,7 +51,7 @@ def ok(run: RunId, tau, tokens=TOKENS, graphs=None, mixed=None, target=(FLASH_AT
     return EngineRecord(RunSpec(run=run, max_num_seqs=40), True, target_backends=target, draft_backends=draft,
                         cudagraph_mode=graphs or "NONE", max_cudagraph_capture_size=512, flash_attn_version=2,
                         async_scheduling=async_scheduling,
-                        generates={"uniform": output(tokens, tau), "mixed": mixed or output(tau=tau)},
+                        generates={"uniform": output(tokens, tau), "mixed": mixed or output(tau=tau, plans=plans_of(run))},
                         provenance=PROVENANCE)
 
 
@@ -119,6 +124,9 @@ PARTED_CONFIDENTLY = ((1, 2, 3), (4, 5, 9))  # request 1 parts at position 2: a 
      by_id(K.NO_HARMFUL_REPLAN, G(FINAL - 1))),
     (S(4), ok(S(4), 4.0, async_scheduling=False), by_id(K.NO_HARMFUL_REPLAN, S(4))),
     (S(4), ok(S(4), 4.0, mixed=output(tau=4.0, plans=None)), by_id(K.NO_HARMFUL_REPLAN, S(4))),
+    (S(4), ok(S(4), 4.0, mixed=output(tau=4.0, plans=XQA_PLANS)), by_id(K.NO_HARMFUL_REPLAN, S(4))),  # saw no plan
+    (G(FINAL), ok(G(FINAL), 4.0, graphs="FULL_AND_PIECEWISE", mixed=output(tau=4.0, plans=CALM_PLANS)),
+     by_id(K.NO_HARMFUL_REPLAN, G(FINAL))),  # the XQA draft planned
     (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9), by_id(K.ON_FLASHINFER_STILL_NON_CAUSAL, P.RTX4090_STEP4)),  # its target is not on FlashInfer
     (P.final_rtx4090(), ok(P.final_rtx4090(), 3.3, target=(FLASHINFER,)), by_id(K.ON_FLASHINFER_STILL_NON_CAUSAL, P.final_rtx4090())),
     (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9, tokens=PARTED_CONFIDENTLY, target=(FLASHINFER,)),
