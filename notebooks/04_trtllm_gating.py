@@ -65,14 +65,8 @@ same_as_stock = targets[0] == targets[4]
 verdict(f"stock would run the draft on {label(stock.decode)}, step 3 on {label(before.prefill)} (both causal); "
       f"step 4 keeps it on {label(after.prefill)}, planned causal={after.plan_causal}, and logs once: "
       f"'{'; '.join(w.message for w in warnings)}'. "
-      + ("The target rows are the same in every column." if same_as_stock else "The target rows differ: a bug."))
-
-# %%
-# The target's batches must be routed as stock vLLM routes them: the table compares the standard batches, the
-# property test of tests/lab/test_routing.py random ones.
-from dflash_fi.notebook import show_test
-
-show_test("tests/lab/test_routing.py", "test_property_step4_non_causal_never_decode_trtllm_or_cascade")
+      + ("The target rows are the same in every column (random batches: the appendix's property test)."
+         if same_as_stock else "The target rows differ: a bug."))
 
 # %% [markdown]
 # ## On the GPU, and the RTX 4090 case running
@@ -169,6 +163,15 @@ check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case 
 
 # %% [markdown]
 # ## Appendix
+
+# %% [markdown]
+# The target's batches must be routed as stock vLLM routes them: the table above compares the standard batches, this
+# property test of `tests/lab/test_routing.py` random ones.
+
+# %% tags=["appendix"]
+from dflash_fi.notebook import show_test
+
+show_test("tests/lab/test_routing.py", "test_property_step4_non_causal_never_decode_trtllm_or_cascade")
 
 # %% tags=["appendix"]
 from dflash_fi.notebook import show_step_diff

@@ -131,28 +131,19 @@ show_hunks(5, only=[1, 2], context=0, joined=True)
 # benchmark at DFlash shapes (32/8 heads of 128, as in Qwen3-4B):
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.bench.results import kernel_rows, latest_kernels
-from dflash_fi.figures.style import figure_legend, pyplot
+from dflash_fi.bench.results import latest_kernels
+from dflash_fi.figures import kernels_over_fa2
+from dflash_fi.figures.style import pyplot
 from dflash_fi.notebook import recorded
 
 kernels = recorded(latest_kernels, "the kernel benchmark (`dflash-fi bench kernels --record`)")
 if kernels:
-    ms = {(r["kernel"], r["kv_dtype"], r["batch"], r["context"]): r["median_ms"] for r in kernel_rows(kernels)
-          if (r["num_qo_heads"], r["num_kv_heads"]) == (32, 8) and "median_ms" in r}
-    shapes, kvs = sorted({key[2:] for key in ms}, key=lambda s: s[::-1]), ("bf16", "fp8-e4m3")
-    kinds = {"flashinfer-fa3": "FlashInfer fa3 (auto, bf16)", "vllm-flash-attn": "vLLM's FlashAttention (FLASH_ATTN draft)"}
-    over = {(k, kv): {s: ms.get((k, kv, *s), float("nan")) / ms["flashinfer-fa2", kv, *s] for s in shapes}
-            for k in kinds for kv in kvs}
-    fig, axes = pyplot().subplots(1, 2, figsize=(11, 1.9), sharey=True, layout="constrained")
-    for ax, kv in zip(axes, kvs):
-        for k, (kernel, name) in enumerate(kinds.items()):
-            ax.bar([i + (k - 0.5) * 0.4 for i in range(len(shapes))], over[kernel, kv].values(), width=0.4, label=name)
-        ax.axhline(1, color="black", linewidth=2, label="FlashInfer fa2, step 5's draft kernel (= 1)")
-        ax.set(yscale="log", title=f"{kv} KV cache", xlabel="batch x context (requests of one 16-query block)")
-        ax.set_xticks(range(len(shapes)), [f"{b}x{c}" for b, c in shapes], fontsize=8)
-    axes[0].set_ylabel("time over fa2's"), figure_legend(fig, *axes[0].get_legend_handles_labels()), pyplot().show()
+    kvs = ("bf16", "fp8-e4m3")
+    _, over = kernels_over_fa2(kernels, {"flashinfer-fa3": "FlashInfer fa3 (auto, bf16)",
+                                         "vllm-flash-attn": "vLLM's FlashAttention (FLASH_ATTN draft)"}, kvs)
+    pyplot().show()
     fa3, fa = over["flashinfer-fa3", "bf16"], {kv: over["vllm-flash-attn", kv] for kv in kvs}
-    worst, wins = max(fa3, key=fa3.get), {kv: sum(r < 1 for r in fa[kv].values()) for kv in kvs}
+    shapes, worst, wins = list(fa3), max(fa3, key=fa3.get), {kv: sum(r < 1 for r in fa[kv].values()) for kv in kvs}
     no_fp8 = all(r != r for r in over["flashinfer-fa3", "fp8-e4m3"].values())
     verdict(f"on {kernels['gpu']}, bf16 cache: fa3 is slower than fa2 at {sum(r > 1 for r in fa3.values())} of "
             f"{len(shapes)} shapes, up to {fa3[worst]:.1f}x at {worst[0]}x{worst[1]}, never faster by more than "

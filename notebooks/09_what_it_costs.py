@@ -204,21 +204,6 @@ else:
     print("not recorded yet: no build profile in the evidence summary")
 
 # %% [markdown]
-# On this GPU, now: the draft builders alone, bf16, the GPU busy (this cell's own timing, not a record):
-
-# %% tags=["gpu", "nbval-ignore-output"]
-from dflash_fi.bench.builds import builder_names, measure_builds
-from dflash_fi.bench.results import build_summary
-
-if session.gpu_cell():
-    step7, final_build, fa_build = builder_names()
-    live = {(r["kernel"], r["batch"]): r for r in measure_builds("auto", (1, 32), (2048,), print_fn=lambda line: None)}
-    show(build_summary({"rows": list(live.values())}))
-    verdict("with the GPU busy, the final FlashInfer draft's build takes " + ", ".join(
-        f"{live[final_build, b]['host_ms_busy']:.3f} ms at batch {b}" for b in (1, 32)) + ", the FLASH_ATTN draft's "
-        + ", ".join(f"{live[fa_build, b]['host_ms_busy']:.3f} ms" for b in (1, 32)) + ".")
-
-# %% [markdown]
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
@@ -263,6 +248,21 @@ for what, record in (("the kernel benchmark", kernels), ("its host-build rows", 
 
 # %% [markdown]
 # ## Appendix
+
+# %% [markdown]
+# On this GPU, now: the draft builders alone, bf16, the GPU busy (this cell's own timing, not a record):
+
+# %% tags=["gpu", "nbval-ignore-output", "appendix"]
+from dflash_fi.bench.builds import builder_names, measure_builds
+from dflash_fi.bench.results import build_summary
+
+if session.gpu_cell():
+    step7, final_build, fa_build = builder_names()
+    live = {(r["kernel"], r["batch"]): r for r in measure_builds("auto", (1, 32), (2048,), print_fn=lambda line: None)}
+    show(build_summary({"rows": list(live.values())}))
+    verdict("with the GPU busy, the final FlashInfer draft's build takes " + ", ".join(
+        f"{live[final_build, b]['host_ms_busy']:.3f} ms at batch {b}" for b in (1, 32)) + ", the FLASH_ATTN draft's "
+        + ", ".join(f"{live[fa_build, b]['host_ms_busy']:.3f} ms" for b in (1, 32)) + ".")
 
 # %% tags=["appendix", "nbval-ignore-output"]
 from IPython.display import display

@@ -235,3 +235,24 @@ def test_the_benchmark_figures_still_write(tmp_path):
 def test_no_two_series_share_a_style():
     styles = figures.style.series_styles(32)
     assert len({(s["marker"], s["linestyle"]) for s in styles}) == 32
+
+
+def test_kernels_over_fa2_draws_each_kernels_time_over_fa2s(drawn):
+    import math
+
+    from dflash_fi.bench.results import kernel_rows, latest_kernels
+
+    kernels, kvs = latest_kernels(), ("bf16", "fp8-e4m3")
+    fig, over = figures.kernels_over_fa2(kernels, {"flashinfer-fa3": "fa3", "vllm-flash-attn": "FA"}, kvs)
+    drawn(fig)
+    assert_reads_well(fig)
+    ms = {(r["kernel"], r["kv_dtype"], r["batch"], r["context"]): r["median_ms"] for r in kernel_rows(kernels)
+          if (r["num_qo_heads"], r["num_kv_heads"]) == (32, 8) and "median_ms" in r}
+    (b, c), = [s for s in over["vllm-flash-attn", "bf16"]][:1]
+    assert over["vllm-flash-attn", "bf16"][b, c] == ms["vllm-flash-attn", "bf16", b, c] / ms["flashinfer-fa2", "bf16", b, c]
+    for ax, kv in zip(fig.axes, kvs):
+        assert [list(line.get_ydata()) for line in ax.lines] == [[1, 1]]  # fa2, the reference
+        bars = [1 + p.get_height() for p in ax.patches]  # each bar from fa2's line at 1
+        want = [*over["flashinfer-fa3", kv].values(), *over["vllm-flash-attn", kv].values()]
+        assert len(bars) == len(want) and all(math.isclose(x, y) or (math.isnan(x) and math.isnan(y)) for x, y in zip(bars, want))
+    plt.close("all")

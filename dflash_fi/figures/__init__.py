@@ -6,7 +6,7 @@
     listings.py    code and diffs as coloured monospace HTML with a text fallback
     engine_calls.py  engines as a reader starts them: the call they share, and a table of what each changes
     acceptance.py  acceptance per draft position (02, 03), tau per run (04)
-    benchmarks.py  kernel times, the final kernel against vLLM's FlashAttention, FlashInfer against FLASH_ATTN drafts
+    benchmarks.py  kernel times, kernels over fa2 (05), the final kernel against vLLM's FlashAttention, FlashInfer against FLASH_ATTN drafts
                    in pairs of rounds, a decoding step's time (07, README); the SVGs of docs/figures/
     today.py       notebook 10's tables: step 4 against vLLM 0.24.0, the lesson's places in three releases, the steps
                    against upstream
@@ -22,7 +22,7 @@ dflash_fi.lab.
 from dflash_fi.figures.acceptance import acceptance_by_position, tau_by_step
 from dflash_fi.figures.attention import block_masks, selector_grid
 from dflash_fi.figures.benchmarks import (FIGURES_DIR, draft_step_time, e2e_pairs, kernel_against_flash_attn, kernel_times,
-                                          write_benchmark_figures)
+                                          kernels_over_fa2, write_benchmark_figures)
 from dflash_fi.figures.path import draft_layer_path
 
 MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.bench", "dflash_fi.evidence", "dflash_fi.engine", "dflash_fi.vocabulary",

@@ -114,6 +114,35 @@ def kernel_against_flash_attn(results: dict, batches: tuple[int, ...] | None = N
     return fig
 
 
+def kernels_over_fa2(results: dict, kinds: dict[str, str], kv_dtypes: tuple[str, ...], heads=(32, 8)):
+    """(figure, ratios): each of `kinds` (kernel: legend label) over FlashInfer fa2's time, step 5's draft kernel, per
+    batch x context; one panel per KV dtype, fa2 the thick line at 1. ratios[kernel, kv][batch, context]; NaN where a
+    kernel has no time."""
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullLocator
+
+    from dflash_fi.bench.results import kernel_rows
+
+    ms = {(r["kernel"], r["kv_dtype"], r["batch"], r["context"]): r["median_ms"] for r in kernel_rows(results)
+          if (r["num_qo_heads"], r["num_kv_heads"]) == heads and "median_ms" in r}
+    shapes = sorted({key[2:] for key in ms}, key=lambda s: s[::-1])
+    over = {(k, kv): {s: ms.get((k, kv, *s), float("nan")) / ms["flashinfer-fa2", kv, *s] for s in shapes}
+            for k in kinds for kv in kv_dtypes}
+    fig, axes = pyplot().subplots(1, len(kv_dtypes), figsize=(11, 1.9), sharey=True, squeeze=False,
+                                  layout="constrained")
+    for ax, kv in zip(axes[0], kv_dtypes):
+        for k, (kernel, name) in enumerate(kinds.items()):
+            ax.bar([i + (k - 0.5) * 0.4 for i in range(len(shapes))], [r - 1 for r in over[kernel, kv].values()],
+                   bottom=1, width=0.4, label=name)  # from fa2's line: up is slower, down faster
+        ax.axhline(1, color="black", linewidth=2, label="FlashInfer fa2, step 5's draft kernel (= 1)")
+        ax.set(yscale="log", title=f"{kv} KV cache", xlabel="batch x context (requests of one 16-query block)")
+        ax.set_xticks(range(len(shapes)), [f"{b}x{c}" for b, c in shapes], fontsize=8)
+        ax.yaxis.set_major_locator(LogLocator(base=2)), ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_locator(NullLocator())
+    axes[0][0].set_ylabel("time over fa2's")
+    figure_legend(fig, *axes[0][0].get_legend_handles_labels())
+    return fig, over
+
+
 def e2e_pairs(turns):
     """One panel per pair of models: each engine's ratio to the FLASH_ATTN draft per batch (tokens/s for the embedded
     pair, where higher is better; time per step for the Qwen3-4B shape, where lower is): the estimate with its 95%
