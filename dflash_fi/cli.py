@@ -28,7 +28,7 @@ def _sm(value: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dflash_fi.bench.e2e import ROUNDS
+    from dflash_fi.proof.bench.e2e import ROUNDS
     from dflash_fi.models import (CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, DEFAULT_DRAFTER, DEFAULT_NEW_TOKENS,
                                   DEFAULT_NUM_PROMPTS, DEFAULT_PROMPTS, DEFAULT_TARGET)
     from dflash_fi.stack import ARTIFACTS_DIR

@@ -62,10 +62,10 @@ def reference(args) -> int:
 
 
 def run(args) -> int:
-    from dflash_fi.engine.identity import Pair, RunId, label
-    from dflash_fi.engine.records import outcome
-    from dflash_fi.engine.runner import run as run_engine
-    from dflash_fi.engine.spec import RunSpec
+    from dflash_fi.proof.engine.identity import Pair, RunId, label
+    from dflash_fi.proof.engine.records import outcome
+    from dflash_fi.proof.engine.runner import run as run_engine
+    from dflash_fi.proof.engine.spec import RunSpec
     from dflash_fi.logs import tail
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET
     from dflash_fi.stack import require_gpu
@@ -148,40 +148,40 @@ def exercise(args) -> int:
 
 
 def walkthrough(args) -> int:
-    from dflash_fi.evidence.walkthrough import main
+    from dflash_fi.proof.evidence.walkthrough import main
 
     return main(num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
 
 
 def bench(args) -> int:
-    from dflash_fi.bench.record import bench
+    from dflash_fi.proof.bench.record import bench
 
     return bench(args.what, args.quick, args.models, args.rounds, args.record)
 
 
 def profile(args) -> int:
-    from dflash_fi.bench.record import profile
+    from dflash_fi.proof.bench.record import profile
 
     return profile(args.record)
 
 
 def record(args) -> int:
-    from dflash_fi.evidence.junit import record_pytest
+    from dflash_fi.proof.evidence.junit import record_pytest
 
     print(record_pytest(args.kind, args.junit, args.ran))
     return 0
 
 
 def near_ties(args) -> int:
-    from dflash_fi.evidence.near_ties import run_calibration
+    from dflash_fi.proof.evidence.near_ties import run_calibration
 
     run_calibration()
     return 0
 
 
 def figures(args) -> int:
-    from dflash_fi.bench.results import latest_kernels
-    from dflash_fi.bench.turns import latest_turns
+    from dflash_fi.proof.bench.results import latest_kernels
+    from dflash_fi.proof.bench.turns import latest_turns
     from dflash_fi.errors import NoRecord
     from dflash_fi.figures import write_benchmark_figures
     from dflash_fi.figures.path import write_path_figure
@@ -200,13 +200,13 @@ def figures(args) -> int:
 
 
 def notebooks(args) -> int:
-    from dflash_fi.evidence.notebooks import execute_notebooks
+    from dflash_fi.proof.evidence.notebooks import execute_notebooks
 
     return execute_notebooks(only=args.only, timeout=args.timeout, allow_cpu=args.allow_cpu)
 
 
 def report(args) -> int:
-    from dflash_fi.readme import blocks, results_page, update_readme, write_results_page
+    from dflash_fi.proof.readme import blocks, results_page, update_readme, write_results_page
 
     if args.update_readme:
         print("rewrote README.md blocks:", ", ".join(update_readme()))

@@ -1,7 +1,7 @@
 """What the notebooks share to show the lesson: check lines and verdicts, tables, vLLM's code and the steps' hunks.
 
 Lesson only: it runs no engine and reads no evidence (the live engines and the evidence summary are
-`dflash_fi.evidence.live`). Output that moves from machine to machine goes to cells tagged `nbval-ignore-output`.
+`dflash_fi.proof.evidence.live`). Output that moves from machine to machine goes to cells tagged `nbval-ignore-output`.
 Nothing here runs at import.
 """
 

@@ -122,8 +122,8 @@ class Summary:
         """(records by RunId, the reference decoder's prediction, the near-tie margin, checks as judged, provenance)."""
         from dataclasses import replace
 
-        from dflash_fi.engine.records import EngineRecord, Provenance as Made
-        from dflash_fi.evidence.check_types import Check
+        from dflash_fi.proof.engine.records import EngineRecord, Provenance as Made
+        from dflash_fi.proof.evidence.check_types import Check
 
         entry, p = self.entry(Section.WALKTHROUGH), self.entry(Section.WALKTHROUGH).provenance
         made = Made(p.gpu, p.compute_capability, p.versions, p.commit, p.command, p.finished_at)  # the pass's, kept once

@@ -25,7 +25,7 @@
 # where upstream went next. Here: the model pair, the words, the problem, and the map of the steps.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, verdict
 
 session = setup("00_dflash_and_the_problem")

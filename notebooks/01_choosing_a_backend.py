@@ -23,8 +23,8 @@
 # FlashAttention. This notebook shows that selection, and step 1, which gets FlashInfer past it.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
@@ -131,7 +131,7 @@ print(f"DFlash check: {dflash_check(draft_row, detail=True)}")
 # selector); then the walkthrough's checks on them (without a GPU: as the evidence summary judged them):
 
 # %%
-from dflash_fi.evidence.live import show_engine_calls
+from dflash_fi.proof.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 

@@ -26,8 +26,8 @@
 # boundary:
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
@@ -105,7 +105,7 @@ verdict(f"on Blackwell step 1 sends the draft to {label(step1_blackwell.decode)}
 # the reference decoder's two predictions:
 
 # %%
-from dflash_fi.evidence.live import show_engine_calls
+from dflash_fi.proof.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 

@@ -25,8 +25,8 @@
 # planned `causal=False`, never handed to a causal batch.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
@@ -109,7 +109,7 @@ print("caller's metadata, the builder's page-table buffers and its wrappers unto
 # No speculation, the FLASH_ATTN draft, and steps 2 and 3, started in the first cell:
 
 # %%
-from dflash_fi.evidence.live import show_engine_calls
+from dflash_fi.proof.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 
@@ -172,7 +172,7 @@ check(f"the walkthrough's {len(checks)} checks for step 3 pass", bool(checks) an
 # how far the *causal* reference is).
 
 # %% tags=["gpu", "nbval-ignore-output", "appendix"]
-from dflash_fi.bench.accuracy import ERROR_BOUND, error_table, kernel_errors
+from dflash_fi.proof.bench.accuracy import ERROR_BOUND, error_table, kernel_errors
 
 if session.gpu_cell():
     errors_by_kernel = kernel_errors()

@@ -22,8 +22,8 @@
 # picture) decides *before* the wrapper whether the batch runs on TRTLLM at all, ignoring causality. Step 4 fixes it.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
@@ -76,7 +76,7 @@ verdict(f"stock would run the draft on {label(stock.decode)}, step 3 on {label(b
 # forced to version 2, an FP8 cache), refused in notebook 1, now runs; the checks say what each engine ran:
 
 # %%
-from dflash_fi.evidence.live import show_engine_calls
+from dflash_fi.proof.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 
@@ -93,7 +93,7 @@ with wrapped_lines():
 
 # %% tags=["nbval-ignore-output"]
 import dflash_fi.summary as S
-from dflash_fi.engine.records import short_backend
+from dflash_fi.proof.engine.records import short_backend
 from dflash_fi.lab.selector import backend_verdicts
 from dflash_fi.vocabulary import RTX_4090
 

@@ -21,8 +21,8 @@
 # graph can replay. Step 5 takes upstream's fix of FlashInfer's claim (vLLM #48167) and a faster kernel for the draft.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, verdict
 
 # The engines of the section "On the GPU" start now, in the background: each takes most of a minute to start.
@@ -131,7 +131,7 @@ show_hunks(5, only=[1, 2], context=0, joined=True)
 # benchmark at DFlash shapes (32/8 heads of 128, as in Qwen3-4B):
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.bench.results import latest_kernels
+from dflash_fi.proof.bench.results import latest_kernels
 from dflash_fi.figures import kernels_over_fa2
 from dflash_fi.figures.style import pyplot
 from dflash_fi.notebook import recorded
@@ -160,7 +160,7 @@ if kernels:
 # The engines of the first cell (step 5 eager beside step 4: its kernel must change no output), each running this call:
 
 # %%
-from dflash_fi.evidence.live import show_engine_calls
+from dflash_fi.proof.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 
@@ -168,8 +168,8 @@ show_engine_calls(live_runs)
 live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.engine.identity import label
-from dflash_fi.engine.records import short_backend
+from dflash_fi.proof.engine.identity import label
+from dflash_fi.proof.engine.records import short_backend
 from dflash_fi.notebook import wrapped_lines
 
 records, reference, source = session.evidence(live_runs)

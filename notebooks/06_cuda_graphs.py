@@ -21,8 +21,8 @@
 # FlashInfer's causal verify batches a prefill wrapper that a graph can replay.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, show_hunks, verdict
 
 # The engines of "On the GPU" start now, in the background: each takes most of a minute.
@@ -89,7 +89,7 @@ verdict(f"step 5 resolves {claims[5]['resolved_mode']}, step 6 {claims[6]['resol
 # Each is one process running this call, with what the table changes:
 
 # %%
-from dflash_fi.evidence.live import show_engine_calls
+from dflash_fi.proof.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 
@@ -100,8 +100,8 @@ live = session.run_live(live_runs)
 # What each engine resolved (backends, CUDA-graph mode), its text and its tau, beside the reference decoder's:
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.engine.identity import label as run_label
-from dflash_fi.engine.records import short_backend
+from dflash_fi.proof.engine.identity import label as run_label
+from dflash_fi.proof.engine.records import short_backend
 
 records, reference, source = session.evidence(live_runs)
 names = lambda backends: ", ".join(sorted({short_backend(b) for b in backends})) or "-"

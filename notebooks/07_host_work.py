@@ -22,8 +22,8 @@
 # removes: a copy that waits for the GPU, and a build nobody reads.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, show_hunks, skip, verdict
 
 # The engines of "On the GPU" start now, in the background: each takes most of a minute.
@@ -100,7 +100,7 @@ if session.gpu_cell():
 # the table changes:
 
 # %%
-from dflash_fi.evidence.live import show_engine_calls
+from dflash_fi.proof.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 
@@ -111,8 +111,8 @@ live = session.run_live(live_runs)
 # What each engine resolved (backends, CUDA-graph mode), its text and its tau:
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.engine.identity import label as run_label
-from dflash_fi.engine.records import short_backend
+from dflash_fi.proof.engine.identity import label as run_label
+from dflash_fi.proof.engine.records import short_backend
 
 records, reference, source = session.evidence(live_runs)
 names = lambda backends: ", ".join(sorted({short_backend(b) for b in backends})) or "-"

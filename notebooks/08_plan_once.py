@@ -22,8 +22,8 @@
 # build is mostly `plan()`: step 8 keeps the draft's plan across steps; step 9, on SM 9.0, needs none.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, show_hunks, show_source, verdict
 
 live_runs = [P.FLASH_ATTN_GRAPHS, P.graphs_run(8), P.graphs_run(9)]
@@ -92,12 +92,12 @@ show_hunks(9, only=[6, 7], max_lines=40, context=0, joined=True)
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
-from dflash_fi.bench.builds import builder_names
-from dflash_fi.bench.e2e import flash_attn_draft, flashinfer_draft
-from dflash_fi.bench.results import build_rows, latest_kernels
-from dflash_fi.bench.turns import builds_per_step, latest_turns
-from dflash_fi.engine.identity import Pair, label
-from dflash_fi.engine.records import Role
+from dflash_fi.proof.bench.builds import builder_names
+from dflash_fi.proof.bench.e2e import flash_attn_draft, flashinfer_draft
+from dflash_fi.proof.bench.results import build_rows, latest_kernels
+from dflash_fi.proof.bench.turns import builds_per_step, latest_turns
+from dflash_fi.proof.engine.identity import Pair, label
+from dflash_fi.proof.engine.records import Role
 from dflash_fi.notebook import recorded
 
 turns, kernels = recorded(latest_turns, "the engine benchmark"), recorded(latest_kernels, "the kernel benchmark")
@@ -128,7 +128,7 @@ else:
 # The engines, each running this call (the kernel on kept plans, against fresh plans: appendix):
 
 # %%
-from dflash_fi.evidence.live import show_engine_calls
+from dflash_fi.proof.evidence.live import show_engine_calls
 
 show_engine_calls(live_runs)
 

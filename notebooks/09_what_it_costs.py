@@ -23,10 +23,10 @@
 # benchmark, the kernel benchmark and the build profile; how they measure is in the appendix.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.bench.profile import latest_profile
-from dflash_fi.bench.results import latest_kernels
-from dflash_fi.bench.turns import latest_turns
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.bench.profile import latest_profile
+from dflash_fi.proof.bench.results import latest_kernels
+from dflash_fi.proof.bench.turns import latest_turns
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, recorded, show, skip, verdict
 
 session = setup("09_what_it_costs")
@@ -42,8 +42,8 @@ kernels = recorded(latest_kernels, "the kernel benchmark (`dflash-fi bench kerne
 # FLASH_ATTN engines that shows how far noise reaches. Step 9's targets (issue 32), judged on the recorded estimates:
 
 # %%
-from dflash_fi.bench.stats import Verdict
-from dflash_fi.bench.turns import BUILD_TARGET_MS, STEP_GAP_TARGET, TOKENS_TARGET, Metric, stored_targets
+from dflash_fi.proof.bench.stats import Verdict
+from dflash_fi.proof.bench.turns import BUILD_TARGET_MS, STEP_GAP_TARGET, TOKENS_TARGET, Metric, stored_targets
 
 TARGET = {Metric.TOKENS: (TOKENS_TARGET, "{:.3f}x", f"at least {TOKENS_TARGET.threshold:.2f}x, low end "
                                                     f"{TOKENS_TARGET.floor:.2f}x"),
@@ -80,12 +80,12 @@ else:
 
 # %%
 import statistics
-from dflash_fi.bench.e2e import NEW_TOKENS, flash_attn_draft, flashinfer_draft
-from dflash_fi.bench.kernels import BATCHES, CONTEXTS
-from dflash_fi.bench.results import final_draft_kernel, kernel_pivot, kernel_rows
-from dflash_fi.bench.turns import builds_per_step
-from dflash_fi.engine.identity import Pair, label
-from dflash_fi.engine.records import Role
+from dflash_fi.proof.bench.e2e import NEW_TOKENS, flash_attn_draft, flashinfer_draft
+from dflash_fi.proof.bench.kernels import BATCHES, CONTEXTS
+from dflash_fi.proof.bench.results import final_draft_kernel, kernel_pivot, kernel_rows
+from dflash_fi.proof.bench.turns import builds_per_step
+from dflash_fi.proof.engine.identity import Pair, label
+from dflash_fi.proof.engine.records import Role
 from dflash_fi.steps import FINAL_STEP
 
 # What each draft runs (bf16): step 8 FlashInfer's fa2 as its builder plans it; step 9 XQA on SM 9.0, else fa2.
@@ -149,7 +149,7 @@ else:
 # once more for its block. At the largest embedded batch, the final draft against the FLASH_ATTN draft:
 
 # %%
-from dflash_fi.bench.turns import build_table
+from dflash_fi.proof.bench.turns import build_table
 
 if turns:
     batch = max(turns.batches(Pair.EMBEDDED))
@@ -172,7 +172,7 @@ else:
 # watches, so read shares, not milliseconds; the profiler's own `disable` is left out):
 
 # %%
-from dflash_fi.bench.profile import anatomy_rows, profile_batches, profile_runs
+from dflash_fi.proof.bench.profile import anatomy_rows, profile_batches, profile_runs
 
 
 def profiled(batch, role="draft step"):
@@ -207,8 +207,8 @@ else:
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.bench.builds import builder_names
-from dflash_fi.bench.results import build_rows
+from dflash_fi.proof.bench.builds import builder_names
+from dflash_fi.proof.bench.results import build_rows
 
 step7, final_build, fa_build = builder_names()
 builds = kernels and recorded(lambda: build_rows(kernels, ("bf16",)), "host-build rows of the kernel benchmark")
@@ -253,8 +253,8 @@ for what, record in (("the kernel benchmark", kernels), ("its host-build rows", 
 # On this GPU, now: the draft builders alone, bf16, the GPU busy (this cell's own timing, not a record):
 
 # %% tags=["gpu", "nbval-ignore-output", "appendix"]
-from dflash_fi.bench.builds import builder_names, measure_builds
-from dflash_fi.bench.results import build_summary
+from dflash_fi.proof.bench.builds import builder_names, measure_builds
+from dflash_fi.proof.bench.results import build_summary
 
 if session.gpu_cell():
     step7, final_build, fa_build = builder_names()
@@ -266,8 +266,8 @@ if session.gpu_cell():
 
 # %% tags=["appendix", "nbval-ignore-output"]
 from IPython.display import display
-from dflash_fi.bench.results import build_summary, kernel_summary
-from dflash_fi.bench.turns import turns_table, vcpu_summary
+from dflash_fi.proof.bench.results import build_summary, kernel_summary
+from dflash_fi.proof.bench.turns import turns_table, vcpu_summary
 from dflash_fi.figures.listings import folded_markdown
 
 tables = {
@@ -290,9 +290,9 @@ for summary, table in tables.items():
 
 # %% tags=["appendix", "nbval-ignore-output"]
 import dflash_fi.summary as S
-from dflash_fi.bench.e2e import BATCH1_PROMPTS, ROUNDS, SHAPE_BATCH1_PROMPTS, SHAPE_NEW_TOKENS
-from dflash_fi.bench.turns import idle_cpu
-from dflash_fi.evidence.live import LIVE_NEW_TOKENS, LIVE_PROMPTS
+from dflash_fi.proof.bench.e2e import BATCH1_PROMPTS, ROUNDS, SHAPE_BATCH1_PROMPTS, SHAPE_NEW_TOKENS
+from dflash_fi.proof.bench.turns import idle_cpu
+from dflash_fi.proof.evidence.live import LIVE_NEW_TOKENS, LIVE_PROMPTS
 from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
 from dflash_fi.reference.evaluate import evaluate_pair
 

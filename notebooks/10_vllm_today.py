@@ -23,7 +23,7 @@
 # taught into 0.33.0. Every claim about upstream comes from its code, or from the PR thread named with it.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.evidence.live import setup
+from dflash_fi.proof.evidence.live import setup
 from dflash_fi.notebook import check, show, verdict
 from dflash_fi.upstream import SHA256, source
 

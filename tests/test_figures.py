@@ -12,8 +12,8 @@ import pytest  # noqa: E402
 
 from dflash_fi import figures  # noqa: E402
 
-from dflash_fi.engine.identity import label  # noqa: E402
-from dflash_fi.evidence import plan as P  # noqa: E402
+from dflash_fi.proof.engine.identity import label  # noqa: E402
+from dflash_fi.proof.evidence import plan as P  # noqa: E402
 
 FLASH_ATTN = P.FLASH_ATTN
 EAGER_RUNS = [FLASH_ATTN, *(P.step_run(s) for s in range(7)), P.FP8]
@@ -165,7 +165,7 @@ def test_tau_by_step_keeps_every_run_and_says_why_a_run_has_no_tau(drawn, walkth
 
 
 def test_kernel_times_show_both_kv_dtypes_and_every_kernel_distinct(drawn):
-    from dflash_fi.bench.results import kernel_rows, latest_kernels
+    from dflash_fi.proof.bench.results import kernel_rows, latest_kernels
 
     kernels = latest_kernels()
     fig = figures.kernel_times(kernels)
@@ -189,8 +189,8 @@ def test_kernel_times_show_both_kv_dtypes_and_every_kernel_distinct(drawn):
 
 
 def test_the_kernel_against_flash_attn_makes_flash_attn_the_line_that_stands_out(drawn):
-    from dflash_fi.bench.kernels import BATCHES
-    from dflash_fi.bench.results import final_draft_kernel, kernel_ratios, kernel_rows, latest_kernels
+    from dflash_fi.proof.bench.kernels import BATCHES
+    from dflash_fi.proof.bench.results import final_draft_kernel, kernel_ratios, kernel_rows, latest_kernels
 
     kernels = latest_kernels()
     fig = figures.kernel_against_flash_attn(kernels, BATCHES)
@@ -224,8 +224,8 @@ def test_the_path_picture_gives_a_step_the_same_colour_whichever_steps_it_marks(
 
 
 def test_the_benchmark_figures_still_write(tmp_path):
-    from dflash_fi.bench.results import latest_kernels
-    from dflash_fi.bench.turns import latest_turns
+    from dflash_fi.proof.bench.results import latest_kernels
+    from dflash_fi.proof.bench.turns import latest_turns
     from dflash_fi.errors import NoRecord
 
     try:
@@ -246,7 +246,7 @@ def test_no_two_series_share_a_style():
 def test_kernels_over_fa2_draws_each_kernels_time_over_fa2s(drawn):
     import math
 
-    from dflash_fi.bench.results import kernel_rows, latest_kernels
+    from dflash_fi.proof.bench.results import kernel_rows, latest_kernels
 
     kernels, kvs = latest_kernels(), ("bf16", "fp8-e4m3")
     fig, over = figures.kernels_over_fa2(kernels, {"flashinfer-fa3": "fa3", "vllm-flash-attn": "FA"}, kvs)

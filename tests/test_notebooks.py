@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 import dflash_fi.summary as S
-from dflash_fi.evidence.notebooks import METADATA_KEY, source_sha256
+from dflash_fi.proof.evidence.notebooks import METADATA_KEY, source_sha256
 from dflash_fi.summary import step_hash
 from dflash_fi.notebook import STEPS_OF_NOTEBOOK
 
@@ -118,10 +118,10 @@ def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch
     """On a GPU, setup's `live` runs start the engines at once; the live cell collects that run instead of
     starting a second one. Engines and the GPU reference decoder are doubles here (both need a GPU); the same
     path runs for real whenever the notebooks are executed on the GPU machine."""
-    from dflash_fi.engine.identity import label
-    from dflash_fi.evidence import live as notebook
-    from dflash_fi.engine.records import EngineRecord, Failure, Phase
-    from dflash_fi.evidence import plan as P
+    from dflash_fi.proof.engine.identity import label
+    from dflash_fi.proof.evidence import live as notebook
+    from dflash_fi.proof.engine.records import EngineRecord, Failure, Phase
+    from dflash_fi.proof.evidence import plan as P
 
     started = []
 
@@ -130,8 +130,8 @@ def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch
         return [EngineRecord(spec, spec.run != P.step_run(0), None if spec.run != P.step_run(0) else
                              Failure("ValueError", "refused", Phase.SELECTION)) for spec in specs]
 
-    monkeypatch.setattr("dflash_fi.engine.pool.run_engines", engines_double)
-    monkeypatch.setattr("dflash_fi.engine.pool.share_gpus", lambda specs: (specs, ["0"]))
+    monkeypatch.setattr("dflash_fi.proof.engine.pool.run_engines", engines_double)
+    monkeypatch.setattr("dflash_fi.proof.engine.pool.share_gpus", lambda specs: (specs, ["0"]))
     monkeypatch.setattr("dflash_fi.reference.evaluate.evaluate_pair", lambda *args, **kwargs: {"tau_noncausal": 4.0})
     runs = [P.FLASH_ATTN, P.step_run(0)]
     session = notebook.Session(name="test", gpu=object())

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from dflash_fi.errors import BadInput
-from dflash_fi.readme import README, RESULTS, blocks, pattern, results_page, update_readme
+from dflash_fi.proof.readme import README, RESULTS, blocks, pattern, results_page, update_readme
 
 
 @pytest.mark.parametrize("name", ["step-table", "results-verdict", "notebook-list"])
@@ -20,8 +20,8 @@ def test_the_notebook_list_names_a_notebook_changed_after_its_execution(tmp_path
 
     import nbformat
 
-    from dflash_fi.evidence import notebooks
-    from dflash_fi.readme import notebook_list
+    from dflash_fi.proof.evidence import notebooks
+    from dflash_fi.proof.readme import notebook_list
     from dflash_fi.summary import step_hash
 
     for stem in ("00_dflash_and_the_problem", "01_choosing_a_backend"):

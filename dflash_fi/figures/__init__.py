@@ -15,7 +15,7 @@
 Each picture function returns a matplotlib Figure; notebooks show it inline, `dflash-fi figures` writes the
 benchmark ones and the draft layer's path as SVG under docs/figures/. listings.py returns HTML and text.
 
-May import: dflash_fi.reference, dflash_fi.bench, dflash_fi.evidence, dflash_fi.engine, dflash_fi.vocabulary,
+May import: dflash_fi.reference, dflash_fi.proof.bench, dflash_fi.proof.evidence, dflash_fi.proof.engine, dflash_fi.vocabulary,
 dflash_fi.lab.
 """
 
@@ -25,7 +25,7 @@ from dflash_fi.figures.benchmarks import (FIGURES_DIR, draft_step_time, e2e_pair
                                           kernels_over_fa2, write_benchmark_figures)
 from dflash_fi.figures.path import draft_layer_path
 
-MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.bench", "dflash_fi.evidence", "dflash_fi.engine", "dflash_fi.vocabulary",
+MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.proof.bench", "dflash_fi.proof.evidence", "dflash_fi.proof.engine", "dflash_fi.vocabulary",
               "dflash_fi.lab")
 
 __all__ = ["FIGURES_DIR", "acceptance_by_position", "block_masks", "draft_layer_path", "draft_step_time", "e2e_pairs",

@@ -1,13 +1,13 @@
 """Pictures of how much of the drafts the target accepts (notebooks 02-04): per draft position, and tau per run.
 
-The runs are the committed walkthrough records (`dflash_fi.evidence.report.recorded_walkthrough`); the
+The runs are the committed walkthrough records (`dflash_fi.proof.evidence.report.recorded_walkthrough`); the
 reference is the reference decoder's result dict (`tau_noncausal`, `tau_causal`, `per_position_acceptance`).
 """
 
 from __future__ import annotations
 
-from dflash_fi.engine.identity import RunId, label
-from dflash_fi.engine.records import EngineRecord
+from dflash_fi.proof.engine.identity import RunId, label
+from dflash_fi.proof.engine.records import EngineRecord
 from dflash_fi.figures.style import (COINCIDE_BELOW, COLORS, figure_legend, nearest_earlier, pyplot, series_styles,
                                      short_run_label)
 

@@ -2,7 +2,7 @@
 engine throughput, a decoding step's time.
 
 `write_benchmark_figures` (`dflash-fi figures`) writes them as SVG under docs/figures/ (text files, so the tree
-stays free of binaries), from the committed results (`dflash_fi.bench.results.latest_kernels`, `dflash_fi.bench.turns.latest_turns`).
+stays free of binaries), from the committed results (`dflash_fi.proof.bench.results.latest_kernels`, `dflash_fi.proof.bench.turns.latest_turns`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def kernel_times(results: dict, num_qo_heads: int = 32, num_kv_heads: int = 8,
     failed there) are named in its title."""
     from matplotlib.ticker import NullFormatter, NullLocator
 
-    from dflash_fi.bench.kernels import KERNELS
-    from dflash_fi.bench.results import kernel_rows
+    from dflash_fi.proof.bench.kernels import KERNELS
+    from dflash_fi.proof.bench.results import kernel_rows
     from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE
 
     plt = pyplot()
@@ -83,7 +83,7 @@ def kernel_times(results: dict, num_qo_heads: int = 32, num_kv_heads: int = 8,
 def kernel_against_flash_attn(results: dict, batches: tuple[int, ...] | None = None, heads=(32, 8)):
     """The final FlashInfer kernel's time over vLLM's FlashAttention's (what the FLASH_ATTN draft runs), by batch: one
     panel per KV dtype, one line per context; FlashAttention is the thick reference line at 1."""
-    from dflash_fi.bench.results import final_draft_kernel, kernel_ratios, kernel_rows
+    from dflash_fi.proof.bench.results import final_draft_kernel, kernel_ratios, kernel_rows
 
     plt = pyplot()
     kv_dtypes = list(dict.fromkeys(r["kv_dtype"] for r in kernel_rows(results)))
@@ -120,7 +120,7 @@ def kernels_over_fa2(results: dict, kinds: dict[str, str], kv_dtypes: tuple[str,
     kernel has no time."""
     from matplotlib.ticker import FormatStrFormatter, LogLocator, NullLocator
 
-    from dflash_fi.bench.results import kernel_rows
+    from dflash_fi.proof.bench.results import kernel_rows
 
     ms = {(r["kernel"], r["kv_dtype"], r["batch"], r["context"]): r["median_ms"] for r in kernel_rows(results)
           if (r["num_qo_heads"], r["num_kv_heads"]) == heads and "median_ms" in r}
@@ -148,9 +148,9 @@ def e2e_pairs(turns):
     pair, where higher is better; time per step for the Qwen3-4B shape, where lower is): the estimate with its 95%
     interval, one dot per measured round; the second FLASH_ATTN draft (the A/A pair) shows the noise; the target
     as a dashed line."""
-    from dflash_fi.bench.e2e import flash_attn_draft
-    from dflash_fi.bench.turns import STEP_GAP_TARGET, TOKENS_TARGET, ratio, step_ms, tokens_per_s
-    from dflash_fi.engine.identity import Pair, label
+    from dflash_fi.proof.bench.e2e import flash_attn_draft
+    from dflash_fi.proof.bench.turns import STEP_GAP_TARGET, TOKENS_TARGET, ratio, step_ms, tokens_per_s
+    from dflash_fi.proof.engine.identity import Pair, label
 
     plt = pyplot()
     pairs = turns.pairs()
@@ -193,7 +193,7 @@ def draft_step_time(turns, batch: int = 1):
     each metadata builder and the rest; one panel per pair of models."""
     import statistics
 
-    from dflash_fi.engine.identity import label
+    from dflash_fi.proof.engine.identity import label
 
     plt = pyplot()
     pairs = turns.pairs()

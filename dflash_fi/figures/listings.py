@@ -151,7 +151,7 @@ def file_excerpt(path, start: str, blocks: list[tuple[str, str]], mark: tuple[st
     the file's path below the sys.path entry that holds it (wherever the machine installed it)."""
     from pathlib import Path
 
-    from dflash_fi.engine.instruments import importable_path
+    from dflash_fi.proof.engine.instruments import importable_path
 
     lines = Path(path).read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if re.search(start, line))

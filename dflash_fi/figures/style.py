@@ -67,6 +67,6 @@ def figure_legend(fig, handles, labels, ncol: int | None = None, title: str | No
 
 def short_run_label(run) -> str:
     """A run's label, short enough for an axis."""
-    from dflash_fi.engine.identity import label
+    from dflash_fi.proof.engine.identity import label
 
     return label(run).replace(" FLASHINFER draft", "").replace(" draft", "")

@@ -1,4 +1,4 @@
-"""Double of the engine process (`python -m dflash_fi.engine.child`), for the CPU: no vLLM engine can exist
+"""Double of the engine process (`python -m dflash_fi.proof.engine.child`), for the CPU: no vLLM engine can exist
 without a GPU, but the turn-taking around it can be tested for real (processes, sockets, pauses, failures).
 
     python -m dflash_fi.lab.engine_double SPEC.json RESULT.json ADDRESS

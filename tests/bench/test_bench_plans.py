@@ -2,8 +2,8 @@
 
 
 
-from dflash_fi.bench.e2e import BATCHES
-from dflash_fi.bench.kernels import KERNELS, format_row, shapes
+from dflash_fi.proof.bench.e2e import BATCHES
+from dflash_fi.proof.bench.kernels import KERNELS, format_row, shapes
 
 
 def test_kernel_shapes_and_rows():

@@ -8,14 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from dflash_fi.bench.e2e import e2e_plan, flash_attn_draft, flashinfer_draft, write_shape_models
-from dflash_fi.bench.stats import AtLeast, AtMost, Verdict, median_estimate, round_to_round
-from dflash_fi.bench.turns import (Metric, Target, Turns, build_table, builds_per_step, ratio, targets, targets_table, turns_of,
+from dflash_fi.proof.bench.e2e import e2e_plan, flash_attn_draft, flashinfer_draft, write_shape_models
+from dflash_fi.proof.bench.stats import AtLeast, AtMost, Verdict, median_estimate, round_to_round
+from dflash_fi.proof.bench.turns import (Metric, Target, Turns, build_table, builds_per_step, ratio, targets, targets_table, turns_of,
                                    turns_table)
-from dflash_fi.engine.identity import Pair, RunId
-from dflash_fi.engine.records import (BatchRun, BuildKey, BuildTiming, EngineRecord, GenerateResult, Phase,
+from dflash_fi.proof.engine.identity import Pair, RunId
+from dflash_fi.proof.engine.records import (BatchRun, BuildKey, BuildTiming, EngineRecord, GenerateResult, Phase,
                                       Provenance, Round, StepTimes)
-from dflash_fi.engine.spec import BenchPlan, RunSpec
+from dflash_fi.proof.engine.spec import BenchPlan, RunSpec
 
 
 def test_the_plan_has_an_aa_pair_and_every_engine_validates():
@@ -42,7 +42,7 @@ def test_the_qwen3_4b_shape_is_written_as_configs_only(tmp_path):
 def test_engines_take_turns_idle_ones_are_stopped_and_a_failed_start_is_recorded():
     """Real processes and sockets. Each double keeps the CPU busy after its turn, as a free-running idle engine can:
     in round 1 (nobody stopped) the working engine's turn sees it; from round 2 on the idle engines are stopped."""
-    from dflash_fi.engine.server import run_in_turns
+    from dflash_fi.proof.engine.server import run_in_turns
     from dflash_fi.lab.engine_double import BUSY_S, FAIL, ROUND_S, TOKENS_PER_S
 
     a, b, broken = (RunId(step=s, cuda_graphs=True) for s in (5, 6, 7))
@@ -71,8 +71,8 @@ def test_a_turns_main_thread_is_held_on_the_rounds_vcpu_and_its_other_threads_on
     import subprocess
     import sys
 
-    from dflash_fi.engine.server import process_tree
-    from dflash_fi.engine.vcpus import FastestVcpu, threads
+    from dflash_fi.proof.engine.server import process_tree
+    from dflash_fi.proof.engine.vcpus import FastestVcpu, threads
 
     code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); print(1, flush=True); time.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
@@ -93,7 +93,7 @@ def test_a_turns_main_thread_is_held_on_the_rounds_vcpu_and_its_other_threads_on
 
 
 def test_turns_compare_a_pairs_engines_seconds_apart_in_alternating_order():
-    from dflash_fi.engine.server import schedule
+    from dflash_fi.proof.engine.server import schedule
 
     embedded = [RunSpec(run, num_prompts=8, bench=BenchPlan((1, 8))) for run in
                 (flash_attn_draft(Pair.EMBEDDED), flash_attn_draft(Pair.EMBEDDED, 1), flashinfer_draft(Pair.EMBEDDED))]
@@ -106,7 +106,7 @@ def test_turns_compare_a_pairs_engines_seconds_apart_in_alternating_order():
 
 
 def test_the_fa_draft_sits_between_its_aa_twin_and_the_final_draft_in_every_turn_order():
-    from dflash_fi.bench.e2e import bench_runs
+    from dflash_fi.proof.bench.e2e import bench_runs
 
     for pair in Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE:
         order = list(bench_runs(pair))
@@ -115,7 +115,7 @@ def test_the_fa_draft_sits_between_its_aa_twin_and_the_final_draft_in_every_turn
 
 
 def test_a_batch1_turn_decodes_one_prompt_each_in_both_turn_orders():
-    from dflash_fi.engine import generate as g
+    from dflash_fi.proof.engine import generate as g
 
     spec = RunSpec(flash_attn_draft(Pair.EMBEDDED), num_prompts=8, max_new_tokens=4, bench=BenchPlan((1,), 2))
     decoded = []

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from dflash_fi.bench.builds import WHAT, build_row, builder_names, count_plans, draft_builders
-from dflash_fi.bench.kernels import KERNELS, format_row, max_abs_err
-from dflash_fi.bench.results import (ROW_KEYS, build_rows, build_summary, final_draft_kernel, kernel_pivot, kernel_ratios,
+from dflash_fi.proof.bench.builds import WHAT, build_row, builder_names, count_plans, draft_builders
+from dflash_fi.proof.bench.kernels import KERNELS, format_row, max_abs_err
+from dflash_fi.proof.bench.results import (ROW_KEYS, build_rows, build_summary, final_draft_kernel, kernel_pivot, kernel_ratios,
                                      kernel_summary)
 from dflash_fi.steps import FINAL_STEP
 
@@ -117,7 +117,7 @@ def test_measure_builds_runs_end_to_end_with_the_gpu_calls_stubbed(monkeypatch):
     on the CPU and torch.cuda's synchronize and spin kernel stubbed: the times are meaningless here."""
     from functools import partial
 
-    from dflash_fi.bench import builds, timing
+    from dflash_fi.proof.bench import builds, timing
     from dflash_fi.lab import batches
 
     monkeypatch.setattr(builds, "BUILDS", 4)
@@ -139,7 +139,7 @@ def test_kernel_timing_uses_flashinfers_helpers_and_falls_back_when_a_kernel_can
     import flashinfer.testing
     import flashinfer.testing.utils
 
-    from dflash_fi.bench import timing
+    from dflash_fi.proof.bench import timing
 
     asked = []
 
@@ -161,8 +161,8 @@ def test_kernel_timing_uses_flashinfers_helpers_and_falls_back_when_a_kernel_can
 
 
 def test_failing_host_builds_leave_the_kernel_rows_and_say_why(monkeypatch):
-    from dflash_fi.bench import builds
-    from dflash_fi.bench.kernels import shapes
+    from dflash_fi.proof.bench import builds
+    from dflash_fi.proof.bench.kernels import shapes
 
     def measure(kv_cache_dtype, batches, contexts, print_fn):
         if kv_cache_dtype == "fp8":

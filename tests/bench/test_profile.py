@@ -1,10 +1,10 @@
 """The build profile's plan and its anatomy table (the profiles themselves exist only on a GPU)."""
 
-from dflash_fi.bench.profile import BATCHES, anatomy, anatomy_rows, profile_batches, profile_plan
-from dflash_fi.engine.identity import RunId
-from dflash_fi.engine.records import (BuildKey, BuildProfile, BuildTiming, EngineRecord, GenerateResult,
+from dflash_fi.proof.bench.profile import BATCHES, anatomy, anatomy_rows, profile_batches, profile_plan
+from dflash_fi.proof.engine.identity import RunId
+from dflash_fi.proof.engine.records import (BuildKey, BuildProfile, BuildTiming, EngineRecord, GenerateResult,
                                       ProfiledFunction, Provenance)
-from dflash_fi.engine.spec import RunSpec
+from dflash_fi.proof.engine.spec import RunSpec
 from dflash_fi.steps import FINAL_STEP
 
 
@@ -35,7 +35,7 @@ def test_the_anatomy_is_per_build_and_points_at_code():
 
 
 def test_the_gap_by_cause_compares_builders_role_by_role_without_the_profilers_own_calls():
-    from dflash_fi.bench.profile import gap_rows, gap_table, profile_runs
+    from dflash_fi.proof.bench.profile import gap_rows, gap_table, profile_runs
 
     def engine(run, builders, steps=10.0):  # builders: (role, backend, layers, total_s, functions)
         profiles = tuple(BuildProfile(BuildKey(role, backend, layers), total, tuple(

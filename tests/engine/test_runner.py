@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from dflash_fi.engine import generate, instruments
-from dflash_fi.engine.child import PhaseWatch
-from dflash_fi.engine.identity import RunId, label
-from dflash_fi.engine.records import EngineRecord, Phase, Role
-from dflash_fi.engine.runner import run
-from dflash_fi.engine.spec import BenchPlan, RunSpec, engine_arguments, engine_call
+from dflash_fi.proof.engine import generate, instruments
+from dflash_fi.proof.engine.child import PhaseWatch
+from dflash_fi.proof.engine.identity import RunId, label
+from dflash_fi.proof.engine.records import EngineRecord, Phase, Role
+from dflash_fi.proof.engine.runner import run
+from dflash_fi.proof.engine.spec import BenchPlan, RunSpec, engine_arguments, engine_call
 from dflash_fi.errors import BadInput, MissingModelFiles, UnknownStep
 
 
@@ -202,7 +202,7 @@ def test_a_hung_engine_is_reported_with_the_time_it_was_given(tmp_path):
     """The engine double comes up and then waits for a round that never comes: the runner stops waiting when told."""
     from multiprocessing.connection import Listener
 
-    from dflash_fi.engine.runner import EngineProcess
+    from dflash_fi.proof.engine.runner import EngineProcess
 
     address = str(tmp_path / "engine.sock")
     with Listener(address, family="AF_UNIX") as listener:
@@ -225,7 +225,7 @@ def test_near_ties_are_the_positions_where_the_target_hesitated():
 
 
 def test_the_engine_call_a_notebook_shows_is_the_one_the_engine_makes():
-    from dflash_fi.evidence import plan as P
+    from dflash_fi.proof.evidence import plan as P
 
     spec = next(s for s in P.walkthrough_plan() if s.run == P.RTX4090_STEP4)
     kwargs = engine_arguments(spec)

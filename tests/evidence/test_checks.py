@@ -6,16 +6,16 @@ from dataclasses import replace
 
 import pytest
 
-from dflash_fi.engine.identity import RunId, label
-from dflash_fi.engine.records import (Acceptance, Backend, BuildKey, BuildTiming, EngineRecord, Failure,
+from dflash_fi.proof.engine.identity import RunId, label
+from dflash_fi.proof.engine.records import (Acceptance, Backend, BuildKey, BuildTiming, EngineRecord, Failure,
                                       GenerateResult, Phase, PlanWatch, Provenance, Role)
-from dflash_fi.engine.spec import RunSpec
-from dflash_fi.evidence import plan as P
-from dflash_fi.evidence.check_types import Check, CheckId, CheckKind as K
-from dflash_fi.evidence.checks import KERNEL_TOLERANCE, REFERENCE_TOLERANCE, Verdict, check_records, checks
-from dflash_fi.evidence.near_ties import measure_margin, near_tie_verdict, partings
-from dflash_fi.evidence.plan import walkthrough_plan
-from dflash_fi.evidence.report import compact, render_mixed_table, render_table, sameness_rows
+from dflash_fi.proof.engine.spec import RunSpec
+from dflash_fi.proof.evidence import plan as P
+from dflash_fi.proof.evidence.check_types import Check, CheckId, CheckKind as K
+from dflash_fi.proof.evidence.checks import KERNEL_TOLERANCE, REFERENCE_TOLERANCE, Verdict, check_records, checks
+from dflash_fi.proof.evidence.near_ties import measure_margin, near_tie_verdict, partings
+from dflash_fi.proof.evidence.plan import walkthrough_plan
+from dflash_fi.proof.evidence.report import compact, render_mixed_table, render_table, sameness_rows
 
 REFERENCE = {"tau_noncausal": 4.0, "tau_causal": 3.0}
 MARGIN = {"margin": 0.2}
@@ -264,7 +264,7 @@ def test_every_check_has_its_own_id_and_a_judged_check_round_trips_as_data():
 
 def test_the_names_shown_state_the_tolerances_the_judges_use():
     """A name says 'within 1%' from KERNEL_TOLERANCE itself: change the constant and the names follow."""
-    import dflash_fi.evidence.checks as C
+    import dflash_fi.proof.evidence.checks as C
 
     old = C.KERNEL_TOLERANCE
     try:

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.step3
 @pytest.mark.step5
 def test_flashinfer_non_causal_paged_prefill_matches_the_reference():
-    from dflash_fi.bench.accuracy import ERROR_BOUND, kernel_errors
+    from dflash_fi.proof.bench.accuracy import ERROR_BOUND, kernel_errors
 
     rows = kernel_errors()
     assert {(r["kv_dtype"], r["backend"]) for r in rows} == {(kv, b) for kv in ("bf16", "fp8-e4m3") for b in ("fa2", "auto")}
@@ -114,9 +114,9 @@ def test_step8_reuses_a_draft_plan_until_a_request_joins_and_computes_what_a_fre
 def test_walkthrough_checks_pass_on_live_engines():
     """The walkthrough's own call path on live engines, for the PR's steps and the final one (the whole plan is the
     evidence pass's `dflash-fi walkthrough`): every check these engines can answer passes."""
-    from dflash_fi.evidence import plan as P
-    from dflash_fi.evidence.check_types import Verdict
-    from dflash_fi.evidence.walkthrough import run_gpu_walkthrough
+    from dflash_fi.proof.evidence import plan as P
+    from dflash_fi.proof.evidence.check_types import Verdict
+    from dflash_fi.proof.evidence.walkthrough import run_gpu_walkthrough
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
     from dflash_fi.reference.evaluate import evaluate_pair
 

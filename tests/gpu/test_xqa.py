@@ -198,7 +198,7 @@ def test_the_engines_plan_watch_sees_a_plan_made_while_the_last_ones_copy_is_que
 
     from flashinfer import BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper
 
-    from dflash_fi.engine import instruments
+    from dflash_fi.proof.engine import instruments
     from dflash_fi.lab import plan_race
 
     worker = SimpleNamespace(model_runner=SimpleNamespace())
