@@ -40,6 +40,31 @@ LANDS = {
 }
 
 
+# Stock build() in outline: a regex for each line shown, in order, and what it does (notes naming a step: it changes
+# there). Notebook 02 shows it where the builder is first taught.
+BUILD_OUTLINE = {
+    r"def build\(": "",
+    r"split_decodes_and_prefills\(": "decodes first, then prefills (step 2)",
+    r"prefill_use_trtllm = ": "TRTLLM or not, for the prefills (step 4)",
+    r"decode_use_trtllm = ": "and for the decodes (step 4)",
+    r"seq_lens_cpu = common_attn_metadata\.seq_lens_cpu": "the host's copy of seq_lens",
+    r"paged_kv_indices = self\._compute": "the page table, written on the host",
+    r"if num_prefills > 0:": "",
+    r"prefill_wrapper = self\._get_prefill_wrapper\(": "one prefill wrapper for every batch (step 3)",
+    r"^\s+causal=True,$": "every prefill planned causal, whatever the batch (step 3)",
+    r"^\s*return attn_metadata$": "",
+}
+
+
+def build_outline():
+    """vLLM's own `FlashInferMetadataBuilder.build()` (as installed) in outline, `BUILD_OUTLINE`'s lines noted."""
+    from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
+
+    from dflash_fi.figures.listings import outline
+
+    return outline(FlashInferMetadataBuilder.build, BUILD_OUTLINE)
+
+
 def marks_of(lands: dict[int, tuple[str, ...]]) -> dict[int, dict[str, int]]:
     """step -> {stage: how many of its hunks land there}."""
     return {step: {key: stages.count(key) for key in dict.fromkeys(stages)} for step, stages in lands.items()}

@@ -2,7 +2,8 @@
 
 README.md holds generated blocks, each between `<!-- NAME -->` and `<!-- /NAME -->`: the step table (from the step
 modules), a short verdict of the results and the list of notebooks. docs/RESULTS.md is generated whole: every evidence
-table, from the evidence summary (`dflash_fi.summary`), as the pass judged it. `dflash-fi report --update-readme`
+table, from the evidence summary (`dflash_fi.records.summary`), as the pass judged it: the summary is the one thing
+read (the notebooks' runs too), the benchmark modules only render its tables. `dflash-fi report --update-readme`
 rewrites both; tests/test_readme.py checks that they hold exactly what they render to now.
 """
 
@@ -18,47 +19,53 @@ RESULTS = REPO_ROOT / "docs" / "RESULTS.md"
 
 
 def step_table() -> str:
-    """Markdown: each step, what it changes (its module's title), its hunks, module, notebook and tests."""
+    """Markdown: each step, what it changes (its name), its hunks, module, notebook and tests."""
     from dflash_fi.notebook import NOTEBOOK_OF_STEP
-    from dflash_fi.steps import STEP_MODULES, STEPS, step_module, step_title
+    from dflash_fi.steps import STEP_MODULES, STEPS, step_module, step_name
 
     lines = ["| step | what changes | hunks | module, diff | notebook | tests |", "|---|---|---|---|---|---|"]
     for step in STEPS:
         added = len(step_module(step).HUNKS) - (len(step_module(step - 1).HUNKS) if step else 0)
         module = "dflash_fi/steps/" + STEP_MODULES[step].rsplit(".", 1)[1] + ".py"
         diff = f", [`docs/steps/step{step}.diff`](docs/steps/step{step}.diff)" if step else ""
-        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {added} | `{module}`{diff} | "
+        lines.append(f"| {step} | {step_name(step)} | {added} | `{module}`{diff} | "
                      f"`notebooks/{NOTEBOOK_OF_STEP[step]}` | `pytest -m step{step}` |")
     return "\n".join(lines)
 
 
 def notebook_list() -> str:
-    """Markdown: each notebook and its title (its first heading), in reading order; one whose cells or step modules
-    changed after its recorded execution says so, with the commit its outputs come from."""
+    """Markdown: each notebook and its title (its first heading), in reading order; one that the evidence pass did
+    not run, or that ran other inputs than the code here (its source, its steps, ...), says so."""
+    import dflash_fi.records.summary as S
     from dflash_fi.errors import BadInput
-    from dflash_fi.proof.evidence.notebooks import METADATA_KEY, NOTEBOOKS_DIR, read_notebook, source_sha256
-    from dflash_fi.summary import step_hash
+    from dflash_fi.freshness import stale_notebook
+    from dflash_fi.notebook import STEPS_OF_NOTEBOOK
 
+    summary = _summary()
+    runs = summary.notebooks() if summary and S.Section.NOTEBOOKS in summary.entries else {}
     lines = []
-    for path in sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.py")):
+    for path in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py")):
         title = next((line[4:].strip() for line in path.read_text().splitlines() if line.startswith("# # ")), "")
         again = f"`dflash-fi notebooks --only {path.stem[:2]}` on a GPU"
         if not path.with_suffix(".ipynb").is_file():
             raise BadInput(f"{path.stem}.ipynb is missing beside {path.name}: run `.venv/bin/jupytext --sync "
                            f"notebooks/{path.name}`, then {again}")
-        nb = read_notebook(path.with_suffix(".ipynb"))
-        executed = nb.get("metadata", {}).get(METADATA_KEY) or {}
-        current = executed.get("source_sha256") == source_sha256(nb) and executed.get("step_hash") == step_hash()
-        stale = "" if current else (
-            f" (**not re-executed**: its outputs come from the run on the {executed.get('executed_on')} at "
-            f"{executed.get('commit', '')[:7]}, and its cells or the step modules changed since: {again})" if executed
-            else f" (**not executed**: {again})")
-        lines.append(f"- [`{path.stem}`](notebooks/{path.stem}.ipynb): {title}{stale}")
+        run, note = runs.get(path.stem), ""
+        if run is None:
+            note = f" (**not executed** by the evidence pass: {again})"
+        elif stale := stale_notebook(summary, path.stem, STEPS_OF_NOTEBOOK.get(path.stem, ()), path.parents[1]):
+            made = summary.entry(S.Section.NOTEBOOKS).provenance
+            what = ", ".join(stale.changed) if stale.recorded else "what it ran was not recorded"
+            note = (f" (**not re-executed**: its outputs come from the run on the {run.executed_on} at "
+                    f"{(made.commit or '')[:7]}; changed since: {what}; {again})")
+        elif run.status is S.NotebookStatus.FAILED:
+            note = f" (**failed** on the {run.executed_on}: {run.error})"
+        lines.append(f"- [`{path.stem}`](notebooks/{path.stem}.ipynb): {title}{note}")
     return "\n".join(lines)
 
 
 def _summary():
-    import dflash_fi.summary as S
+    import dflash_fi.records.summary as S
     from dflash_fi.errors import NoRecord
 
     try:
@@ -68,19 +75,20 @@ def _summary():
 
 
 def _sections(summary) -> str:
-    """One line per section: what ran, where, when, how long; and whether its step modules are HEAD's."""
-    import dflash_fi.summary as S
+    """One line per section: what ran, where, when, how long; and whether what it ran is the code here."""
+    import dflash_fi.records.summary as S
+    from dflash_fi.freshness import stale
 
-    stale = set(summary.stale())
+    found = {s.section: s for s in stale(summary)}
     return "\n".join(f"- {s.key}: `{e.provenance.command}` on {S.describe(e.provenance)}"
-                     + (" (**stale**: the step modules changed since)" if s in stale else "")
+                     + (f" (**stale**: {', '.join(found[s].changed)} changed since)" if s in found and found[s].recorded
+                        else " (**stale**: what it ran was not recorded)" if s in found else "")
                      for s, e in summary.entries.items())
 
 
 def plan_race_line(checks) -> str | None:
     """The plan race in the engines (docs/plan-race.md), from the walkthrough's race checks' numbers."""
-    from dflash_fi.proof.evidence.check_types import CheckKind
-    from dflash_fi.proof.evidence.plan_race import RACE_STEPS
+    from dflash_fi.records.checks import CheckKind
 
     race = [c for c in checks if c.id.kind is CheckKind.NO_HARMFUL_REPLAN and c.numbers]
     if not race:
@@ -88,24 +96,25 @@ def plan_race_line(checks) -> str | None:
     total = {k: sum(c.numbers[k] for c in race) for k in ("async_scheduling", "draft_plans", "pending",
                                                            "pending_changed")}
     return (f"- The plan race ([`docs/plan-race.md`](docs/plan-race.md)): {len(race)} FlashInfer-draft engines of "
-            f"steps {', '.join(map(str, RACE_STEPS))} on the mixed workload, {total['async_scheduling']} with async "
+            f"steps {', '.join(map(str, sorted({r.step for c in race for r in c.id.runs})))} on the mixed workload, {total['async_scheduling']} with async "
             f"scheduling: {total['draft_plans']} draft plans, {total['pending']} made while the wrapper's last plan "
             f"was still queued, {total['pending_changed']} of those with another schedule.")
 
 
 def verdict() -> str:
     """At most ten lines: what the committed evidence says, and where the tables are."""
-    import dflash_fi.summary as S
-    from dflash_fi.proof.bench.stats import Verdict
+    import dflash_fi.records.summary as S
+    from dflash_fi.proof.bench.stats import Outcome
     from dflash_fi.proof.bench.turns import stored_targets
-    from dflash_fi.proof.evidence.check_types import Verdict as CheckVerdict
+    from dflash_fi.records.checks import Verdict as CheckVerdict
 
     summary = _summary()
     if summary is None:
         return "- No GPU evidence pass is committed yet (`evidence/` is empty): see 'The evidence' below."
     lines = []
     if S.Section.WALKTHROUGH in summary.entries:
-        records, _, _, checks, made = summary.walkthrough()
+        walkthrough = summary.walkthrough()
+        records, checks, made = walkthrough.records, walkthrough.checks, walkthrough.provenance
         counts = {v: sum(c.verdict is v for c in checks) for v in CheckVerdict}
         lines.append(f"- The walkthrough: {counts[CheckVerdict.PASS]} of {len(checks)} checks pass "
                      f"({counts[CheckVerdict.FAIL]} fail, {counts[CheckVerdict.NOT_RUN]} not run); {len(records)} "
@@ -114,15 +123,16 @@ def verdict() -> str:
             lines.append(race)
     if S.Section.BENCH_E2E in summary.entries:
         found = stored_targets(summary)
-        counts = {v: sum(t.verdict is v for t in found) for v in Verdict}
+        counts = {v: sum(t.verdict is v for t in found) for v in Outcome}
         lines.append("- The performance targets (engines in turns, 95% intervals): "
-                     + ", ".join(f"{counts[v]} {v.value}" for v in Verdict if counts[v]) + f" of {len(found)}.")
+                     + ", ".join(f"{counts[v]} {v.value}" for v in Outcome if counts[v]) + f" of {len(found)}.")
     if S.Section.GPU_TESTS in summary.entries:
         counts = summary.entry(S.Section.GPU_TESTS).data["counts"]
         lines.append("- `pytest tests/gpu` on the GPU: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n) + ".")
     if S.Section.NOTEBOOKS in summary.entries:
-        ran = summary.entry(S.Section.NOTEBOOKS).data["notebooks"].values()
-        lines.append(f"- The notebooks, executed on the GPU: {sum(n['status'] == 'ok' for n in ran)} of {len(ran)} ran "
+        ran = summary.notebooks().values()
+        lines.append(f"- The notebooks, executed on the GPU: {sum(n.status is S.NotebookStatus.RAN for n in ran)} of "
+                     f"{len(ran)} ran "
                      "to the end.")
     lines.append(f"- Every table behind these lines: [`docs/RESULTS.md`](docs/RESULTS.md), generated from "
                  f"[`evidence/{summary.path.name}`](evidence/{summary.path.name}).")
@@ -131,7 +141,7 @@ def verdict() -> str:
 
 def results_page() -> str:
     """docs/RESULTS.md, whole."""
-    import dflash_fi.summary as S
+    import dflash_fi.records.summary as S
     from dflash_fi.proof.bench.results import build_summary, kernel_pivot, kernel_pivot_table, kernel_summary, latest_kernels
     from dflash_fi.proof.bench.turns import build_table, idle_cpu, latest_turns, stored_targets, targets_table, turns_table, \
         vcpu_summary
@@ -145,7 +155,8 @@ def results_page() -> str:
     parts += ["## The evidence pass", "", f"`evidence/{summary.path.name}`, one section per command:", "",
               _sections(summary), ""]
     if S.Section.WALKTHROUGH in summary.entries:
-        records, _, margin, checks, made = summary.walkthrough()
+        walkthrough = summary.walkthrough()
+        records, margin, checks = walkthrough.records, walkthrough.margin, walkthrough.checks
         same = summary.entry(S.Section.WALKTHROUGH).data["sameness"]
         parts += ["## The walkthrough", "", render_table(records, same), "",
                   "### Mixed batches (the same engines' second workload)", "", render_mixed_table(records, same), "",
@@ -180,7 +191,7 @@ def results_page() -> str:
         kernels = latest_kernels(summary)
         parts += ["## Kernels", "", kernel_pivot_table(kernel_pivot(kernels)), "", "All kernels, 32/8 heads:", "",
                   kernel_summary(kernels), ""]
-        if any(r.get("what") for r in kernels["rows"]):
+        if kernels.get("build_rows") or any(r.get("what") for r in kernels["rows"]):  # files before build_rows: in rows
             parts += ["### One draft step's metadata build, on the host", "", build_summary(kernels), ""]
     return "\n".join(parts).rstrip() + "\n"
 

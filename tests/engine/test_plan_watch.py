@@ -7,8 +7,8 @@ import flashinfer
 import torch
 
 from dflash_fi.proof.engine import instruments
-from dflash_fi.proof.engine.outputs import PlanWatch, Role, generate_from_json
-from dflash_fi.proof.engine.records import to_plain
+from dflash_fi.records.outputs import PlanWatch, Role, generate_from_json
+from dflash_fi.records.engine import to_plain
 
 
 class WrapperDouble:

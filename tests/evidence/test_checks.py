@@ -6,12 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from dflash_fi.proof.engine.identity import RunId, label
-from dflash_fi.proof.engine.records import (Acceptance, Backend, BuildKey, BuildTiming, EngineRecord, Failure,
-                                      GenerateResult, Phase, PlanWatch, Provenance, Role)
-from dflash_fi.proof.engine.spec import RunSpec
+from dflash_fi.records.runs import RunId, label
+from dflash_fi.records.engine import Backend, EngineRecord, Failure, Phase
+from dflash_fi.records.outputs import Acceptance, BuildKey, BuildTiming, GenerateResult, PlanWatch, Role
+from dflash_fi.records.provenance import Provenance
+from dflash_fi.proof.engine.spec import validate
+from dflash_fi.records.spec import RunSpec
 from dflash_fi.proof.evidence import plan as P
-from dflash_fi.proof.evidence.check_types import Check, CheckId, CheckKind as K
+from dflash_fi.records.checks import Check, CheckId, CheckKind as K
 from dflash_fi.proof.evidence.checks import KERNEL_TOLERANCE, REFERENCE_TOLERANCE, Verdict, check_records, checks
 from dflash_fi.proof.evidence.near_ties import measure_margin, near_tie_verdict, partings
 from dflash_fi.proof.evidence.plan import walkthrough_plan
@@ -226,7 +228,7 @@ def test_every_run_gets_the_same_kv_cache_and_asks_for_logprobs():
     assert {spec.logprobs for spec in specs} == {2} and {spec.workloads for spec in specs} == {P.WORKLOADS}
     assert len({spec.run for spec in specs}) == len(specs)  # every run is one engine
     for spec in specs:
-        spec.validate()
+        validate(spec)
 
 
 def test_every_check_names_runs_of_the_plan_and_baselines_differ_in_one_thing():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dflash_fi.proof.bench.kernels import Inputs, Shape, flashinfer_kernel
+from dflash_fi.proof.bench.kernel_calls import Inputs, Shape, flashinfer_kernel
 
 # Small DFlash-shaped batches: requests of one 16-query block, contexts that end mid-page.
 ACCURACY_SHAPES = (Shape(batch=4, context=45, num_qo_heads=4, num_kv_heads=2, kv_dtype="auto"),

@@ -19,21 +19,37 @@ first (warm-ups included). Heads are the embedded pair's, whatever the shape's k
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
-WHAT = "host ms per draft-step metadata build"  # the rows' `what`, which kernel rows lack
+WHAT = "host ms per draft-step metadata build"  # the `what` of build rows in files before `build_rows` (read only)
 BUILDS = 50
 BUSY_MS = 5.0
 # Room for the longest context of the bench and the blocks its draft steps add.
 MAX_MODEL_LEN = 12288
 
 
-def builder_names() -> dict[str, tuple[int, str]]:
-    """Row name -> (step, the draft's attention backend)."""
+@dataclass(frozen=True)
+class Builder:
+    """One builder the rows time: the step its FLASHINFER resolves to, and the draft's attention backend."""
+
+    step: int
+    backend: str  # "FLASHINFER" or "FLASH_ATTN"
+
+    @property
+    def label(self) -> str:
+        return f"step {self.step} FLASHINFER draft" if self.backend == "FLASHINFER" else f"{self.backend} draft"
+
+
+def builders() -> tuple[Builder, Builder, Builder]:
+    """Step 7's FlashInfer draft, the final step's, and the FLASH_ATTN draft (at the final step)."""
     from dflash_fi.steps import FINAL_STEP
 
-    return {"build: step 7 FLASHINFER draft": (7, "FLASHINFER"),
-            f"build: step {FINAL_STEP} FLASHINFER draft": (FINAL_STEP, "FLASHINFER"),
-            "build: FLASH_ATTN draft": (FINAL_STEP, "FLASH_ATTN")}
+    return Builder(7, "FLASHINFER"), Builder(FINAL_STEP, "FLASHINFER"), Builder(FINAL_STEP, "FLASH_ATTN")
+
+
+def builder_names() -> dict[str, tuple[int, str]]:
+    """Row name (a row's `kernel`) -> (step, the draft's attention backend)."""
+    return {f"build: {b.label}": (b.step, b.backend) for b in builders()}
 
 
 @contextmanager
@@ -111,10 +127,12 @@ def host_build_rows(shapes, print_fn=print) -> tuple[list[dict], list[str]]:
 
 def build_row(name: str, kv_cache_dtype: str, batch: int, context: int, heads: tuple[int, int], idle_ms: float,
               busy_ms: float, builds: int, plans: int) -> dict:
-    """A results row; its kernel-row keys (`results.ROW_KEYS`) tell a later file's row for the same thing."""
+    """A results row beside the kernel rows, keyed as they are (kernel, KV dtype, batch, context, heads)."""
     from dflash_fi.vocabulary import DRAFT_BLOCK_SIZE, KV_CACHE_DTYPE_NAMES
 
-    return {"kernel": name, "what": WHAT, "kv_dtype": KV_CACHE_DTYPE_NAMES[kv_cache_dtype], "batch": batch,
+    step, backend = builder_names()[name]
+    return {"kernel": name, "builder": {"step": step, "backend": backend},
+            "kv_dtype": KV_CACHE_DTYPE_NAMES[kv_cache_dtype], "batch": batch,
             "context": context, "num_qo_heads": heads[0], "num_kv_heads": heads[1], "query_len": DRAFT_BLOCK_SIZE,
             "host_ms_idle": round(idle_ms, 4), "host_ms_busy": round(busy_ms, 4), "busy_ms": BUSY_MS,
             "builds": builds, "plans": plans}

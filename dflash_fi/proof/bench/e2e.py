@@ -15,16 +15,17 @@ pair) shows the interval when nothing differs. The results file keeps every roun
 
 A turn at batch size b (greedy, ignore_eos): b held-out prompts decoded together; at batch 1 one prompt alone, one of
 the first `batch1_prompts` by round. Each generate records tokens/s, the intervals between the engine's steps (their
-median is the step time: prefills, the generate's start and end and the host's stalls do not weigh in), tau from
-vLLM's counters, and the host time of every attention metadata build, by builder (the runner's groups; the
-drafter's). Tokens/s is compared at the median step (tokens per step over the step time), where the host's slow
-spells weigh least.
+median is the step time), tau from vLLM's counters, the host time of every attention metadata build, by builder (the
+runner's groups; the drafter's), and, in the draft-cost engines, the draft layers' attention on the GPU per draft
+forward (CUDA events, `dflash_fi.proof.engine.draft_timing`) and the route the draft's builds took. The draft's cost
+is judged on those direct measures (`dflash_fi.proof.bench.draft_cost`); tokens/s at the median step (tokens per step
+over the step time) is what the RTX 4090 path is judged by.
 
-Embedded pair, bf16: no speculation, the FLASH_ATTN draft (twice), the FlashInfer draft at the step before the
-final one and at the final step. Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128)
-and a 5-layer DFlash drafter of the shape public DFlash configs for 36-layer Qwen3 targets give (context from
-target layers 1, 9, 17, 25, 33; block 16), random weights (`load_format="dummy"`): every draft is rejected, so
-only the step time means anything.
+Draft-cost engines, per pair (bf16): the FLASH_ATTN draft twice (the A/A pair) and the final FlashInfer draft.
+Embedded pair, also the RTX 4090 path (`rtx4090_runs`): no speculation, DFlash with step 4's draft and with the final
+step's. Qwen3-4B shape: a 36-layer Qwen3 target (hidden 2560, 32/8 heads, head_dim 128) and a 5-layer DFlash
+drafter of the shape public DFlash configs for 36-layer Qwen3 targets give (context from target layers 1, 9, 17, 25,
+33; block 16), random weights (`load_format="dummy"`): every draft is rejected, so only times mean anything.
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dflash_fi.proof.engine.identity import Pair, RunId
-from dflash_fi.proof.engine.spec import BenchPlan, RunSpec
+from dflash_fi.records.runs import Pair, RunId
+from dflash_fi.records.spec import BenchPlan, RunSpec
 from dflash_fi.logs import LOG_DIR
 
-ROUNDS = 13  # the first warms up; twelve are measured
-BATCHES, SHAPE_BATCHES = (1, 8, 32), (1, 32)
-NEW_TOKENS, SHAPE_NEW_TOKENS = 256, 128  # short turns: neighbours then meet the vCPU at one speed more often
+# The first warms up; four are measured. The draft's cost is timed inside the engines (CUDA events, host clocks),
+# where a round moves it little: few rounds resolve it, as whole-engine tokens/s never did.
+ROUNDS = 5
+BATCHES = SHAPE_BATCHES = (1, 8, 32)
+NEW_TOKENS, SHAPE_NEW_TOKENS = 128, 64  # short turns: neighbours then meet the vCPU at one speed more often
+RTX4090_STEP = 4  # the PR's last step: the draft the PR makes possible on an RTX 4090
 BATCH1_PROMPTS, SHAPE_BATCH1_PROMPTS = 2, 1
 QWEN3_4B_TARGET = {
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 2560,
@@ -69,13 +73,30 @@ def flashinfer_draft(pair: Pair, step: int | None = None) -> RunId:
     return RunId(step=final_step() if step is None else step, cuda_graphs=True, pair=pair)
 
 
+def rtx4090_run(step: int | None = None, speculative: bool = True) -> RunId:
+    """The RTX 4090 path on this GPU: FlashAttention forced to version 2 (all a 4090 has, and it stores no FP8 KV), an
+    FP8 cache, the draft's backend left to vLLM's selector (FlashInfer is the only one there). No speculation runs
+    vLLM's own FlashInfer (step 0): what a 4090 user has without the PR."""
+    step = (final_step() if step is None else step) if speculative else 0
+    return RunId(step=step, speculative=speculative, draft_backend=None, kv_cache_dtype="fp8", flash_attn_version=2,
+                 cuda_graphs=True)
+
+
+def rtx4090_runs() -> tuple[RunId, RunId, RunId]:
+    """No speculation, DFlash with the PR's draft (step 4), DFlash with the final step's draft."""
+    return rtx4090_run(speculative=False), rtx4090_run(RTX4090_STEP), rtx4090_run()
+
+
+def draft_cost_runs(pair: Pair) -> tuple[RunId, RunId, RunId]:
+    """The FLASH_ATTN draft between its A/A twin and the final FlashInfer draft: both comparisons are of neighbours in
+    every round."""
+    return flash_attn_draft(pair, replica=1), flash_attn_draft(pair), flashinfer_draft(pair)
+
+
 def bench_runs(pair: Pair) -> tuple[RunId, ...]:
-    """Every engine of a pair, in turn order: plain decoding for the embedded pair (it puts tokens/s in scale), the
-    step before the final one, then the FLASH_ATTN draft between its A/A twin and the final step, so that both
-    comparisons are of neighbours in every round."""
-    plain = (RunId(speculative=False, cuda_graphs=True, pair=pair),) if pair is Pair.EMBEDDED else ()
-    return plain + (flashinfer_draft(pair, final_step() - 1), flash_attn_draft(pair, replica=1),
-                    flash_attn_draft(pair), flashinfer_draft(pair))
+    """Every engine of a pair, in turn order: the draft-cost engines, then (embedded pair: trained weights, so
+    acceptance is real) the RTX 4090 path's."""
+    return draft_cost_runs(pair) + (rtx4090_runs() if pair is Pair.EMBEDDED else ())
 
 
 def write_shape_models(root: Path = SHAPE_DIR) -> tuple[str, str]:
@@ -98,8 +119,9 @@ def e2e_plan(pairs=(Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), quick: bool = False,
             specs.append(RunSpec(
                 run=run, **files, load_format="auto" if embedded else "dummy", num_prompts=max(batches),
                 max_new_tokens=(NEW_TOKENS if embedded else SHAPE_NEW_TOKENS) // (4 if quick else 1),
-                bench=BenchPlan(batch_sizes=(1, 8) if quick and embedded else batches,
-                                batch1_prompts=BATCH1_PROMPTS if embedded else SHAPE_BATCH1_PROMPTS),
+                bench=BenchPlan(batch_sizes=(1, 8) if quick else batches,
+                                batch1_prompts=BATCH1_PROMPTS if embedded else SHAPE_BATCH1_PROMPTS,
+                                time_draft=run in draft_cost_runs(pair)),
                 gpu_memory_utilization=0.12 if embedded else 0.3,
                 kv_cache_memory_bytes=(512 << 20) if embedded else (4 << 30),
                 max_model_len=1024 if embedded else 2048, timeout_s=1200))

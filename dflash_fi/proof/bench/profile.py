@@ -11,9 +11,9 @@ The engines share the GPU, as correctness runs do.
 
 from __future__ import annotations
 
-from dflash_fi.proof.engine.identity import RunId
+from dflash_fi.records.runs import RunId
 from dflash_fi.proof.engine.instruments import PROFILE_BUILDS_ENV, importable_path
-from dflash_fi.proof.engine.spec import RunSpec
+from dflash_fi.records.spec import RunSpec
 
 BATCHES = (1, 32)
 NEW_TOKENS = 256
@@ -56,7 +56,7 @@ def run_profiles(print_fn=print) -> dict:
 
 def latest_profile(summary=None) -> dict:
     """The build profile of the evidence summary (its compressed rows), with the summary's name."""
-    import dflash_fi.summary as S
+    import dflash_fi.records.summary as S
 
     summary = summary or S.read()
     return {**summary.rows(S.Section.PROFILE), "file": summary.path.name}
@@ -70,7 +70,8 @@ def profile_batches(profile: dict) -> list[int]:
 def anatomy_rows(profile: dict, batch: int, role: str = "draft step", top: int | None = 6) -> list[dict]:
     """For each profiled engine at this batch, where one metadata build of `role` spends its host time: the `top`
     functions by own time (all recorded: None), per build, with file and line."""
-    from dflash_fi.proof.engine.records import EngineRecord, Role
+    from dflash_fi.records.engine import EngineRecord
+    from dflash_fi.records.outputs import Role
 
     rows = []
     for record in (EngineRecord.from_json(e) for e in profile["engines"]):
@@ -87,7 +88,7 @@ def anatomy_rows(profile: dict, batch: int, role: str = "draft step", top: int |
 
 def anatomy(profile: dict, batch: int, role: str = "draft step", top: int = 6) -> str:
     """Markdown of `anatomy_rows`: one row per function (file and line, so that each row points at code)."""
-    from dflash_fi.proof.engine.identity import label
+    from dflash_fi.records.runs import label
 
     lines = ["| run | builder | function (file:line) | calls per build | own ms per build |", "|---|---|---|---|---|"]
     lines += [f"| {label(r['run'])} | {r['key'].backend} ({r['key'].layers} layers) | `{r['function']}` "
@@ -104,7 +105,8 @@ def gap_rows(profile: dict, batch: int, top: int = 3) -> list[dict]:
     ms per decoding step of each builder in the FLASH_ATTN draft's engine and in the final FlashInfer draft's, and
     the final builders' `top` functions by own ms per step, with file and line (cProfile's own calls left out).
     Profiled: read the shares, not the sizes."""
-    from dflash_fi.proof.engine.records import EngineRecord, Role
+    from dflash_fi.records.engine import EngineRecord
+    from dflash_fi.records.outputs import Role
 
     final, flash_attn = profile_runs()[-1], profile_runs()[0]
     records = {r.run: r for r in (EngineRecord.from_json(e) for e in profile["engines"])
@@ -124,7 +126,7 @@ def gap_rows(profile: dict, batch: int, top: int = 3) -> list[dict]:
 
 def gap_table(profile: dict, batch: int) -> str:
     """Markdown of `gap_rows`: a row per role, and the total."""
-    from dflash_fi.proof.engine.identity import label
+    from dflash_fi.records.runs import label
 
     rows = gap_rows(profile, batch)
     if not rows:

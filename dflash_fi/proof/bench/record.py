@@ -7,13 +7,15 @@ import contextlib
 import sys
 import time
 
-import dflash_fi.summary as S
+import dflash_fi.records.summary as S
 
 
 def _section(section, data: dict, rows: dict | None, started: float) -> None:
+    from dflash_fi.freshness import provenance
     from dflash_fi.stack import run_context
 
-    print(f"evidence summary ({section.key}): {S.write(section, data, S.provenance(run_context(), time.time() - started), rows)}")
+    made = provenance(section, run_context(), time.time() - started)  # and what the section ran
+    print(f"evidence summary ({section.key}): {S.write(section, data, made, rows)}")
 
 
 def bench(what: str, quick: bool, models: str, rounds: int, record: bool) -> int:
@@ -36,7 +38,7 @@ def bench(what: str, quick: bool, models: str, rounds: int, record: bool) -> int
         return 0
     from dflash_fi.proof.bench.e2e import run_e2e_bench
     from dflash_fi.proof.bench.turns import targets, targets_table, turns_of, turns_table
-    from dflash_fi.proof.engine.identity import Pair
+    from dflash_fi.records.runs import Pair
 
     pairs = {"all": (Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE), "embedded": (Pair.EMBEDDED,),
              "shape": (Pair.QWEN3_4B_SHAPE,)}[models]
@@ -47,13 +49,42 @@ def bench(what: str, quick: bool, models: str, rounds: int, record: bool) -> int
             print(f"\n{pair.value}:\n{turns_table(turns, pair)}")
         judged = targets(turns)
         print(f"\n{targets_table(judged)}")
+        draft = draft_cost_data(turns, rounds)
     S.keep(f"{S.gpu_slug(gpu.name)}.bench-e2e.txt", tee.kept.getvalue())
     if record:
         _section(S.Section.BENCH_E2E, {"warm_up_rounds": results["warm_up_rounds"],
-                                       "targets": [t.to_json() for t in judged]}, results, started)
+                                       "targets": [t.to_json() for t in judged], **draft}, results, started)
     else:
         S.keep(f"{S.gpu_slug(gpu.name)}.bench-e2e.json", results)
     return 0
+
+
+def draft_cost_data(turns, rounds: int) -> dict:
+    """The draft's cost and the RTX 4090 path's gain (`draft_cost.section_data`), with the kernel verdicts where this
+    GPU's kernel benchmark is in the summary, printed as tables. A failure here is printed and recorded as such: it
+    must not cost the engine rounds already measured."""
+    import traceback
+
+    from dflash_fi.proof.bench import draft_cost, draft_report
+
+    try:
+        from dflash_fi.proof.bench.results import kernel_rows, latest_kernels
+
+        kernels = kernel_rows(latest_kernels())
+    except Exception as exc:  # no kernel benchmark in the summary: the kernels are not judged
+        kernels = ()
+        print(f"(no kernel verdicts: {type(exc).__name__}: {str(exc)[:200]})")
+    try:
+        data = draft_cost.section_data(turns, kernels, rounds)
+        costs = [draft_cost.DraftCost.from_json(c) for c in data["draft_cost"]]
+        gains = [draft_cost.PathGain.from_json(g) for g in data["rtx4090"]]
+        print(f"\nThe draft's cost per decoding step:\n{draft_report.draft_cost_table(costs)}")
+        print(f"\nIts kernel:\n{draft_report.kernel_share_table(costs)}")
+        print(f"\nThe RTX 4090 path:\n{draft_report.gain_table(gains)}")
+    except Exception:
+        traceback.print_exc()
+        return {"draft_cost_error": traceback.format_exc()[-2000:]}
+    return data
 
 
 def profile(record: bool) -> int:

@@ -5,11 +5,7 @@ The engine benchmark's summaries (engines in turns, pairs of rounds, the targets
 
 from __future__ import annotations
 
-import dflash_fi.summary as S
-
-
-# What makes two rows the same measurement (no two rows of a results file share them).
-ROW_KEYS = {"kernels": ("kernel", "kv_dtype", "batch", "context", "num_qo_heads", "num_kv_heads")}
+import dflash_fi.records.summary as S
 
 
 def latest_kernels(summary: S.Summary | None = None) -> dict:
@@ -20,7 +16,7 @@ def latest_kernels(summary: S.Summary | None = None) -> dict:
 
 
 def kernel_rows(results: dict) -> list[dict]:
-    """The kernel rows of a kernel results file, without its host-build rows (`dflash_fi.proof.bench.builds`)."""
+    """The kernel rows of a kernel results file (files before `build_rows` kept their build rows here, with `what`)."""
     return [r for r in results["rows"] if "what" not in r]
 
 
@@ -30,11 +26,18 @@ def build_rows(results: dict, kv_dtypes: tuple[str, ...] | None = None) -> list[
     from dflash_fi.proof.bench.builds import WHAT
     from dflash_fi.errors import NoRecord
 
-    rows = [r for r in results["rows"] if r.get("what") == WHAT]
+    rows = results.get("build_rows") or [r for r in results["rows"] if r.get("what") == WHAT]
     if not rows:
         raise NoRecord(f"{results.get('file', 'the kernel benchmark')} has no host-build rows: run `dflash-fi bench "
                        "kernels --record` on a GPU")
     return [r for r in rows if kv_dtypes is None or r["kv_dtype"] in kv_dtypes]
+
+
+def _builder_label(row: dict) -> str:
+    """A build row's builder as a table heads it (older rows, without `builder`, by their stored name)."""
+    from dflash_fi.proof.bench.builds import Builder
+
+    return Builder(**row["builder"]).label if "builder" in row else row["kernel"]
 
 
 def build_summary(results: dict, kv_dtypes: tuple[str, ...] | None = None) -> str:
@@ -48,7 +51,8 @@ def build_summary(results: dict, kv_dtypes: tuple[str, ...] | None = None) -> st
     rows = build_rows(results, kv_dtypes)
     builders = list(dict.fromkeys(r["kernel"] for r in rows))
     _, final, flash_attn = builder_names()
-    lines = ["| KV | batch x context | " + " | ".join(f"{b.removeprefix('build: ')}, ms idle / busy" for b in builders)
+    label = {r["kernel"]: _builder_label(r) for r in rows}
+    lines = ["| KV | batch x context | " + " | ".join(f"{label[b]}, ms idle / busy" for b in builders)
              + f" | final - FLASH_ATTN, busy: at most {BUILD_TARGET_MS.threshold} ms? |",
              "|---|---|" + "---|" * (len(builders) + 1)]
     for key in dict.fromkeys((r["kv_dtype"], r["batch"], r["context"]) for r in rows):
@@ -117,18 +121,35 @@ def kernel_ratios(results: dict, kernel: str, baseline: str, kv_dtype: str = "bf
     return out
 
 
-def final_draft_kernel(results: dict, kv_dtype: str) -> str:
-    """The kernel the final step's draft runs at this KV dtype: XQA where it was measured (SM 9.0, bf16: step 9),
-    else the final step's FlashInfer wrapper."""
+def final_draft_kernel(results: dict, kv_dtype: str, heads: tuple[int, int] | None = None,
+                       batch: int | None = None) -> str:
+    """The kernel the final step's draft runs at this KV dtype: given a shape (heads, batch) and a file that names
+    its GPU, the final step's own route rule (`use_xqa_for_draft`: XQA or the kept-plan fa2 wrapper); else XQA where
+    it was measured, the final step's FlashInfer wrapper elsewhere."""
+    rule = _route_rule()
+    if heads is not None and batch is not None and rule is not None and results.get("compute_capability"):
+        import torch
+
+        capability = tuple(int(x) for x in str(results["compute_capability"]).split("."))
+        dtype = torch.bfloat16 if kv_dtype == "bf16" else torch.float8_e4m3fn
+        return "flashinfer-xqa" if rule(capability, dtype, heads[0], heads[1], batch) else "dflash-fi-final"
     xqa = [r for r in kernel_rows(results) if r["kernel"] == "flashinfer-xqa" and r["kv_dtype"] == kv_dtype]
     return "flashinfer-xqa" if any("median_ms" in r for r in xqa) else "dflash-fi-final"
+
+
+def _route_rule():
+    """The final step's route rule, where it has one."""
+    from dflash_fi.steps import FINAL_STEP, backend_module
+
+    return getattr(backend_module(FINAL_STEP), "use_xqa_for_draft", None)
 
 
 def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8), batches: tuple[int, ...] | None = None) -> list[dict]:
     """Per shape (`batches`, default all): the final draft's kernel (`final_draft_kernel`) against what the
     FLASH_ATTN draft runs (vLLM's FlashAttention), and step 6's CUDA-graph wrapper against the plain one."""
-    out, kernel = [], final_draft_kernel(results, kv_dtype)
+    out = []
     for rows, where in _shapes(results, kv_dtype, heads, batches):
+        kernel = final_draft_kernel(results, kv_dtype, heads, where["batch"])
         final, fa, wrapper, graph = (_median_ms(rows, kernel=k, **where) for k in
                                      (kernel, "vllm-flash-attn", "dflash-fi-final", "dflash-fi-final-graph"))
         if final and fa:
@@ -139,11 +160,10 @@ def kernel_pivot(results: dict, kv_dtype: str = "bf16", heads=(32, 8), batches: 
 
 
 def kernel_pivot_table(pivot: list[dict]) -> str:
-    kernel = pivot[0]["final_kernel"] if pivot else "dflash-fi-final"
-    lines = [f"| batch x context | final draft ({kernel}), ms | vLLM FlashAttention, ms | final / FlashAttention | "
-             "CUDA-graph wrapper / plain wrapper |", "|---|---|---|---|---|"]
+    lines = ["| batch x context | final draft's kernel | its ms | vLLM FlashAttention, ms | final / FlashAttention | "
+             "CUDA-graph wrapper / plain wrapper |", "|---|---|---|---|---|---|"]
     for p in pivot:
         graph = f"{p['graph_over_final']:.2f}x" if p["graph_over_final"] else "-"
-        lines.append(f"| {p['batch']} x {p['context']} | {p['final_ms']:.4f} | {p['flash_attn_ms']:.4f} | "
-                     f"{p['final_over_flash_attn']:.2f}x | {graph} |")
+        lines.append(f"| {p['batch']} x {p['context']} | {p['final_kernel']} | {p['final_ms']:.4f} | "
+                     f"{p['flash_attn_ms']:.4f} | {p['final_over_flash_attn']:.2f}x | {graph} |")
     return "\n".join(lines)

@@ -46,7 +46,9 @@ def median_estimate(values: list[float]) -> Estimate | None:
     return Estimate(statistics.median(values), low, high, tuple(values))
 
 
-class Verdict(Enum):
+class Outcome(Enum):
+    """How a target fared on a benchmark (the walkthrough's checks have their own `Verdict`)."""
+
     MET = "met"
     MISSED = "missed"
     UNRESOLVED = "unresolved"  # the interval straddles the target
@@ -60,15 +62,15 @@ class AtLeast:
     threshold: float
     floor: float | None = None
 
-    def judge(self, e: Estimate | None) -> Verdict:
+    def judge(self, e: Estimate | None) -> Outcome:
         if e is None:
-            return Verdict.NOT_MEASURED
+            return Outcome.NOT_MEASURED
         floor = self.threshold if self.floor is None else self.floor
         if e.value >= self.threshold and e.low >= floor:
-            return Verdict.MET
+            return Outcome.MET
         if e.high < self.threshold:
-            return Verdict.MISSED
-        return Verdict.UNRESOLVED
+            return Outcome.MISSED
+        return Outcome.UNRESOLVED
 
 
 @dataclass(frozen=True)
@@ -78,15 +80,15 @@ class AtMost:
     threshold: float
     ceiling: float | None = None
 
-    def judge(self, e: Estimate | None) -> Verdict:
+    def judge(self, e: Estimate | None) -> Outcome:
         if e is None:
-            return Verdict.NOT_MEASURED
+            return Outcome.NOT_MEASURED
         ceiling = self.threshold if self.ceiling is None else self.ceiling
         if e.value <= self.threshold and e.high <= ceiling:
-            return Verdict.MET
+            return Outcome.MET
         if e.low > self.threshold:
-            return Verdict.MISSED
-        return Verdict.UNRESOLVED
+            return Outcome.MISSED
+        return Outcome.UNRESOLVED
 
 
 def round_to_round(values: list[float]) -> tuple[float, float] | None:
@@ -96,3 +98,12 @@ def round_to_round(values: list[float]) -> tuple[float, float] | None:
         return None
     moves = [abs(b / a - 1) for a, b in zip(values, values[1:])]
     return statistics.median(moves), max(moves)
+
+
+def estimate_json(e: Estimate | None) -> dict | None:
+    """An estimate as the summary keeps it (its rounds left out)."""
+    return None if e is None else {"value": e.value, "low": e.low, "high": e.high}
+
+
+def estimate_of(data: dict | None) -> Estimate | None:
+    return None if data is None else Estimate(data["value"], data["low"], data["high"], ())

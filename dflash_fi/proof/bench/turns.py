@@ -1,10 +1,9 @@
 """The engine benchmark's results (`dflash-fi bench e2e`: engines in turns): paired rounds, intervals and targets.
 
-Embedded pair: tokens/s at the median step (`GenerateResult.decode_tokens_per_s`) of the final FlashInfer draft over
-the FLASH_ATTN draft's. Qwen3-4B shape: time per decoding step (the median interval between engine steps), FlashInfer over FLASH_ATTN, minus 1. Host build time: the
-attention metadata builds per decoding step, summed over builders, final FlashInfer draft minus FLASH_ATTN draft.
-Each with a 95% interval over the measured rounds (`dflash_fi.proof.bench.stats`), beside the A/A pair's.
-"""
+Embedded pair: tokens/s at the median step (`GenerateResult.decode_tokens_per_s`), final FlashInfer draft over FLASH_ATTN
+draft. Qwen3-4B shape: the median interval between engine steps, FlashInfer over FLASH_ATTN, minus 1. Host build time:
+the attention metadata builds per decoding step, summed over builders, final FlashInfer draft minus FLASH_ATTN draft.
+Each with a 95% interval over the measured rounds (`dflash_fi.proof.bench.stats`), beside the A/A pair's."""
 
 from __future__ import annotations
 
@@ -13,10 +12,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 from dflash_fi.proof.bench.e2e import flash_attn_draft, flashinfer_draft
-from dflash_fi.proof.bench.stats import AtLeast, AtMost, Estimate, Verdict, median_estimate, round_to_round
-from dflash_fi.proof.engine.identity import Pair, RunId, label
-from dflash_fi.proof.engine.records import BatchRun, BuildKey, EngineRecord, Role
-import dflash_fi.summary as S
+from dflash_fi.proof.bench.stats import AtLeast, AtMost, Estimate, Outcome, median_estimate, round_to_round
+from dflash_fi.records.runs import Pair, RunId, label
+from dflash_fi.records.engine import EngineRecord
+from dflash_fi.records.outputs import BatchRun, BuildKey, Role
+import dflash_fi.records.summary as S
 
 TOKENS_TARGET = AtLeast(1.00, floor=0.97)  # issue #32's targets; tokens/s, final FlashInfer / FLASH_ATTN draft
 STEP_GAP_TARGET = AtMost(0.02)  # Qwen3-4B shape: step time / FLASH_ATTN draft's - 1
@@ -121,7 +121,7 @@ class Target:
     what: Metric
     estimate: Estimate | None
     aa: Estimate | None  # the same comparison between the two FLASH_ATTN draft engines
-    verdict: Verdict
+    verdict: Outcome
 
     def to_json(self) -> dict:
         def est(e):
@@ -133,7 +133,7 @@ class Target:
     def from_json(cls, d: dict) -> "Target":
         def est(e):
             return None if e is None else Estimate(e["value"], e["low"], e["high"], ())
-        return cls(Pair(d["pair"]), d["batch"], Metric[d["what"]], est(d["estimate"]), est(d["aa"]), Verdict[d["verdict"]])
+        return cls(Pair(d["pair"]), d["batch"], Metric[d["what"]], est(d["estimate"]), est(d["aa"]), Outcome[d["verdict"]])
 
 
 def targets(turns: Turns) -> list[Target]:

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from dflash_fi.proof.engine import instruments
-from dflash_fi.proof.engine.records import Phase, to_plain
+from dflash_fi.records.engine import Phase, to_plain
 
 
 class PhaseWatch:
@@ -107,7 +107,8 @@ def main(spec_path: str, result_path: str, address: str | None = None) -> int:
         from vllm.inputs import TokensPrompt
 
         from dflash_fi.proof.engine.generate import benchmark_round, generate
-        from dflash_fi.proof.engine.spec import RunSpec, engine_arguments
+        from dflash_fi.proof.engine.spec import engine_arguments
+        from dflash_fi.records.spec import RunSpec
         from dflash_fi.proof.engine.workloads import workload_requests
         from dflash_fi.models import load_prompts
         from dflash_fi.reference.tokenizer import prompt_ids
@@ -133,6 +134,10 @@ def main(spec_path: str, result_path: str, address: str | None = None) -> int:
         result["async_scheduling"] = llm.collective_rpc(instruments.async_scheduling)[0]
         llm.collective_rpc(instruments.build_times, kwargs={"install": True})
         llm.collective_rpc(instruments.step_times, kwargs={"install": True})
+        if spec.bench is not None and spec.bench.time_draft and spec.run.speculative:
+            from dflash_fi.proof.engine.draft_timing import draft_attention
+
+            llm.collective_rpc(draft_attention, kwargs={"install_events": True})
 
         stage = Phase.GENERATION
         detokenize = spec.load_format != "dummy"

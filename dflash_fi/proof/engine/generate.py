@@ -14,10 +14,11 @@ import hashlib
 import json
 import time
 
+from dflash_fi.proof.engine.draft_timing import draft_attention
 from dflash_fi.proof.engine.instruments import build_times, plan_watch, step_times
-from dflash_fi.proof.engine.records import (Acceptance, BatchRun, BuildKey, BuildTiming, GenerateResult, PlanWatch, StepTimes,
-                                      decoding_steps)
-from dflash_fi.proof.engine.spec import RunSpec
+from dflash_fi.records.outputs import (Acceptance, DraftAttention, BatchRun, BuildKey, BuildTiming, GenerateResult, PlanWatch,
+                                       StepTimes, decoding_steps)
+from dflash_fi.records.spec import RunSpec
 
 # Gaps (nats between the target's best and second-best candidate) recorded per output position; the rest are
 # confident choices. Far above any near-tie margin the evidence uses, far below a confident token's gap.
@@ -74,9 +75,10 @@ def builds_of(snapshot: list[dict]) -> tuple[BuildTiming, ...]:
 
 
 def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None = None,
-             detokenize: bool = True, watch_plans: bool = False) -> GenerateResult:
+             detokenize: bool = True, watch_plans: bool = False, record_draft: bool = False) -> GenerateResult:
     """One `llm.generate` over (prompt, max_tokens) requests, greedy; its record (with `watch_plans`, what
-    `instruments.plan_watch`, installed, counted)."""
+    `instruments.plan_watch`, installed, counted; with `record_draft`, the draft builds' routes and, where the
+    events are installed, the draft layers' GPU time: `draft_timing.draft_attention`)."""
     from vllm import SamplingParams
 
     params = [SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=detokenize,
@@ -86,12 +88,15 @@ def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None
     llm.collective_rpc(step_times)
     if watch_plans:
         llm.collective_rpc(plan_watch)
+    if record_draft:
+        llm.collective_rpc(draft_attention)
     t0 = time.perf_counter()
     outputs = llm.generate([prompt for prompt, _ in requests], params, use_tqdm=False)
     seconds = time.perf_counter() - t0
     builds = builds_of(llm.collective_rpc(build_times)[0])
     intervals = llm.collective_rpc(step_times)[0]
     plans = tuple(PlanWatch(**w) for w in llm.collective_rpc(plan_watch)[0]) if watch_plans else None
+    draft = DraftAttention.of(llm.collective_rpc(draft_attention)[0]) if record_draft else None
     tokens = tuple(tuple(o.outputs[0].token_ids) for o in outputs)
     accepted = acceptance(before, counters(llm)) if speculative else None
     return GenerateResult(
@@ -103,7 +108,7 @@ def generate(llm, requests: list[tuple], speculative: bool, logprobs: int | None
         tpot_ms=tpot_ms(outputs), acceptance=accepted,
         near_ties=tuple(near_ties(o) for o in outputs) if logprobs else None,
         near_tie_cap=NEAR_TIE_CAP if logprobs else None, builds=builds, step_times=StepTimes.of(intervals),
-        plans=plans)
+        plans=plans, draft_attention=draft)
 
 
 # Tokens of the generate that a resumed engine runs, unmeasured, before its turn's measured ones.
@@ -127,7 +132,9 @@ def benchmark_batch(llm, prompts: list, spec: RunSpec, batch: int, warm_up: bool
     if warm_up or settle:
         first = groups[0] if warm_up else [(p, SETTLE_TOKENS) for p, _ in groups[0]]
         generate(llm, first, spec.run.speculative, detokenize=False)
-    generates = [generate(llm, group, spec.run.speculative, detokenize=False).without_tokens()
+    # every draft engine records its route; those whose plan times the draft (the child installed the events) its time
+    draft = spec.run.speculative
+    generates = [generate(llm, group, draft, detokenize=False, record_draft=draft).without_tokens()
                  for _ in range(plan.repeats) for group in groups]
     return BatchRun(batch, tuple(generates))
 

@@ -4,14 +4,15 @@
     cudagraph_state      the CUDA-graph mode the runner resolved, and the largest batch (tokens) it captured
     flash_attn_version   the FlashAttention version vLLM's `get_flash_attn_version` answers for this engine
     build_times          host time of the attention metadata builds per builder, keyed (role, backend, layers),
-                         and how many were larger than the largest captured graph
+                         and how many were larger than the largest captured graph; the draft builds' routes
+                         (`dflash_fi.proof.engine.draft_timing`, which also times the draft layers on the GPU)
     step_times           the intervals between the model runner's successive steps
     build_profiles       with DFLASH_FI_PROFILE_BUILDS set: where the builds spent their host time (cProfile)
     plan_watch           FlashInfer plan() calls per builder role, and those made while the same wrapper's previous
                          plan had not reached the GPU yet (docs/plan-race.md)
     async_scheduling     whether the engine schedules a step ahead of the GPU (vLLM's resolved setting)
 
-Everything returned is plain data (it crosses `collective_rpc`); `dflash_fi.proof.engine.records` types it.
+Everything returned is plain data (it crosses `collective_rpc`); `dflash_fi.records` types it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import os
 import pstats
 import sys
 import time
+
+from dflash_fi.proof.engine import draft_timing
 
 # Set (to anything) in the environment: every metadata build also runs under cProfile, and the record gets
 # where the time went. Diagnosis only: the profiler slows the builds it watches.
@@ -79,6 +82,7 @@ def build_times(worker, install: bool = False) -> list[dict]:
     runner = worker.model_runner
     if install and not hasattr(runner, "_build_times"):
         runner._build_times = times = {}
+        routes = runner._draft_routes = {}
         profiles = runner._build_profiles = {} if os.environ.get(PROFILE_BUILDS_ENV) else None
         largest = _largest_graph(runner)
 
@@ -88,22 +92,27 @@ def build_times(worker, install: bool = False) -> list[dict]:
             def timed_build(*args, **kwargs):
                 metadata = kwargs.get("common_attn_metadata", args[1] if len(args) > 1 else None)
                 profile = None if profiles is None else profiles.setdefault(key, cProfile.Profile())
-                _building[0] = key[0]
+                _building[0], built = key[0], None
                 start = time.perf_counter()
                 try:
                     if profile is not None:
                         profile.enable()
-                    return build(*args, **kwargs)
+                    built = build(*args, **kwargs)
+                    return built
                 finally:
+                    elapsed = time.perf_counter() - start
                     _building[0] = None
                     if profile is not None:
                         profile.disable()
                     entry = times.setdefault(key, [0, 0.0, 0, 0])
                     tokens = getattr(metadata, "num_actual_tokens", 0)
                     entry[0] += 1
-                    entry[1] += time.perf_counter() - start
+                    entry[1] += elapsed
                     entry[2] = max(entry[2], tokens)
                     entry[3] += bool(largest) and tokens > largest
+                    if key[0] == "draft step" and built is not None:  # outside the timed span
+                        route = draft_timing.metadata_route(built)
+                        routes[route] = routes.get(route, 0) + 1
             builder.build = timed_build
 
         for groups in runner.attn_groups:

@@ -8,10 +8,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from dflash_fi.proof.engine.identity import label
-from dflash_fi.proof.engine.records import EngineRecord, outcome
+from dflash_fi.records.runs import label
+from dflash_fi.records.engine import EngineRecord, outcome
 from dflash_fi.proof.engine.runner import run
-from dflash_fi.proof.engine.spec import RunSpec
+from dflash_fi.records.spec import RunSpec
 from dflash_fi.logs import tail
 
 # Small engines sharing one GPU reserve their KV cache outright: vLLM's memory profiling would count the

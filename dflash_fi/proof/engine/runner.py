@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from dflash_fi.proof.engine.identity import label, slug
-from dflash_fi.proof.engine.records import EngineRecord
-from dflash_fi.proof.engine.spec import RunSpec
+from dflash_fi.records.runs import label, slug
+from dflash_fi.records.engine import EngineRecord
+from dflash_fi.proof.engine.spec import validate
+from dflash_fi.records.spec import RunSpec
 from dflash_fi.logs import logging_config, new_log_path, relative, tail
 
 
@@ -49,7 +50,7 @@ class EngineProcess:
                  env: dict | None = None):
         from dflash_fi.plugin import STEP_ENV
 
-        self.spec, self.command = spec.validate(), command
+        self.spec, self.command = validate(spec), command
         self.log_path = Path(log_path or new_log_path(slug(spec.run)))
         self._tmp = tempfile.TemporaryDirectory(prefix="dflash-fi-run-")
         tmp = Path(self._tmp.name)
@@ -102,9 +103,9 @@ def record_of(spec: RunSpec, result: dict, started: float, log_path: Path, comma
     from dflash_fi.stack import run_context
 
     context = run_context(command)
-    provenance = {**{k: context[k] for k in ("gpu", "compute_capability", "versions", "git_commit", "command",
-                                              "finished_at")},
-                  "wall_s": round(time.time() - started, 2), "log_file": relative(log_path),
+    provenance = {**{k: context[k] for k in ("gpu", "compute_capability", "versions", "command", "finished_at")},
+                  "commit": context["git_commit"], "seconds": round(time.time() - started, 2),
+                  "log_file": relative(log_path),
                   "log_tail": tail(log_path, 15)[-1500:],
                   "models": {"target": model_fingerprint(spec.target), "drafter": model_fingerprint(spec.drafter)}}
     return EngineRecord.from_json({**result, "schema": 2, "spec": spec.to_json(), "provenance": provenance})

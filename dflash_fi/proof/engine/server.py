@@ -26,10 +26,11 @@ from dataclasses import replace
 from multiprocessing.connection import Listener
 from pathlib import Path
 
-from dflash_fi.proof.engine.identity import RunId, label
-from dflash_fi.proof.engine.records import EngineRecord, Failure, Phase, TurnCpu
+from dflash_fi.records.runs import RunId, label
+from dflash_fi.records.engine import EngineRecord, Failure, Phase
+from dflash_fi.records.outputs import TurnCpu
 from dflash_fi.proof.engine.runner import EngineProcess
-from dflash_fi.proof.engine.spec import RunSpec
+from dflash_fi.records.spec import RunSpec
 from dflash_fi.proof.engine.vcpus import FastestVcpu
 
 

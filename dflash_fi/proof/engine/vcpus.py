@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from dflash_fi.proof.engine.outputs import TurnCpu
+from dflash_fi.records.outputs import TurnCpu
 
 LOOP_ITERATIONS = 20_000  # under a millisecond on a fast vCPU
 LOOP_REPEATS = 3  # the fastest of three: a timer interrupt in one does not count

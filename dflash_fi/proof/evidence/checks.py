@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import textwrap
 
-from dflash_fi.proof.engine.identity import RunId, Workload, label
-from dflash_fi.proof.engine.records import EngineRecord, Phase, Role, outcome
+from dflash_fi.records.runs import RunId, Workload, label
+from dflash_fi.records.engine import EngineRecord, Phase, outcome
+from dflash_fi.records.outputs import Role
 from dflash_fi.proof.evidence import plan as P
-from dflash_fi.proof.evidence.check_types import Check, CheckKind as K, CheckSpec, Judged, Verdict
+from dflash_fi.proof.evidence.check_spec import CheckSpec, Judged
+from dflash_fi.records.checks import Check, CheckKind as K, Verdict
 from dflash_fi.proof.evidence.near_ties import near_tie_verdict
 from dflash_fi.proof.evidence.plan_race import race_checks
 

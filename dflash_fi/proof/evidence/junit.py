@@ -37,7 +37,8 @@ def outcomes(path: Path) -> list[dict]:
 
 def record_pytest(kind: str, junit: str, ran: str) -> Path:
     """`dflash-fi record`: a pytest run on the GPU (its JUnit XML) as its section of the evidence summary."""
-    import dflash_fi.summary as S
+    import dflash_fi.records.summary as S
+    from dflash_fi.freshness import provenance
     from dflash_fi.stack import require_gpu, run_context
 
     section = {S.Section.GPU_TESTS.key: S.Section.GPU_TESTS}[kind]
@@ -48,4 +49,5 @@ def record_pytest(kind: str, junit: str, ran: str) -> Path:
     require_gpu("dflash-fi record (a GPU run is named by the GPU it ran on)")
     counts = {o: sum(t["outcome"] == o for t in tests) for o in ("passed", "failed", "error", "skipped", "xfailed")}
     context = {**run_context(), "command": ran}
-    return S.write(section, {"counts": counts, "tests": tests}, S.provenance(context, sum(t["seconds"] for t in tests)))
+    made = provenance(section, context, sum(t["seconds"] for t in tests))
+    return S.write(section, {"counts": counts, "tests": tests}, made)

@@ -17,8 +17,8 @@ evidence summary beside the checks. `dflash-fi near-ties` runs the calibration p
 
 from __future__ import annotations
 
-from dflash_fi.proof.engine.identity import RunId, Workload, label
-from dflash_fi.proof.engine.records import EngineRecord
+from dflash_fi.records.runs import RunId, Workload, label
+from dflash_fi.records.engine import EngineRecord
 from dflash_fi.proof.evidence import plan as P
 
 MARGIN_FACTOR = 2.0

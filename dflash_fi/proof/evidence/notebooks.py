@@ -1,24 +1,20 @@
 """`dflash-fi notebooks`: execute the notebooks in place, top to bottom, as a reader's kernel would.
 
 The committed .ipynb files carry the outputs of one such execution on the GPU machine, within the evidence pass; on
-a machine without a GPU their `gpu` cells say so and the check cells use the evidence summary. Each execution
-records, in the notebook's metadata, a hash of the cells it ran (`source_sha256`), the step modules' hash
-(`dflash_fi.summary.step_hash`) and the commit, and in the summary's notebooks section the same per notebook: a
-notebook whose cells, or whose steps, changed after it no longer matches (tests/test_notebooks.py). Prints the time
-per notebook.
+a machine without a GPU their `gpu` cells say so and the check cells use the evidence summary. Each execution on a GPU
+is recorded once, in the summary's notebooks section (`dflash_fi.records.summary.NotebookRun`): how it ended, and what
+it ran (`dflash_fi.freshness.notebook_inputs`: its steps as built, the plugin, the loader, the versions, its own
+source), so a notebook whose source or steps changed after it reads as stale. Prints the time per notebook.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from pathlib import Path
 
 from dflash_fi.stack import REPO_ROOT
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
-METADATA_KEY = "dflash_fi"
 
 
 def notebook_paths(only: list[str] | None = None) -> list[Path]:
@@ -26,24 +22,13 @@ def notebook_paths(only: list[str] | None = None) -> list[Path]:
     return [p for p in sorted(NOTEBOOKS_DIR.glob("*.ipynb")) if not only or any(o in p.stem for o in only)]
 
 
-def source_sha256(nb: dict) -> str:
-    """sha256 of every cell's type, source and tags: what an execution ran (`nb`: the notebook's JSON)."""
-    def source(cell):
-        return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-    cells = [[c["cell_type"], source(c), sorted(c.get("metadata", {}).get("tags", []))] for c in nb["cells"]]
-    return hashlib.sha256(json.dumps(cells).encode()).hexdigest()
-
-
-def read_notebook(path: Path) -> dict:
-    """A notebook's JSON, read without Jupyter's packages (the README's list needs none)."""
-    return json.loads(Path(path).read_text())
-
-
 def execute_notebooks(only: list[str] | None = None, timeout: int = 900, allow_cpu: bool = False) -> int:
     """Execute in place. Without a GPU only with allow_cpu: the committed outputs come from a GPU."""
-    import dflash_fi.summary as S
+    import dflash_fi.records.summary as S
     from dflash_fi.errors import BadInput
-    from dflash_fi.stack import cuda_gpu, git_commit, require_gpu, run_context
+    from dflash_fi.freshness import notebook_inputs, provenance
+    from dflash_fi.notebook import STEPS_OF_NOTEBOOK
+    from dflash_fi.stack import cuda_gpu, require_gpu, run_context
 
     try:
         import nbformat
@@ -60,21 +45,20 @@ def execute_notebooks(only: list[str] | None = None, timeout: int = 900, allow_c
     gpu, failed = cuda_gpu(), 0
     for path in paths:
         nb = nbformat.read(path, as_version=4)
+        nb.metadata.pop("dflash_fi", None)  # an earlier dflash-fi's second record of the run: the summary is the one
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                                 resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
-        started = time.time()
+        started, error = time.time(), None
         try:
             client.execute()
-            status = "ok"
         except CellExecutionError as exc:
-            status, failed = f"FAILED: {str(exc).splitlines()[0][:160]}", failed + 1
+            error, failed = str(exc).splitlines()[0][:160], failed + 1
         seconds = time.time() - started
-        executed = {"source_sha256": source_sha256(nb), "executed_on": gpu.name if gpu else "CPU",
-                    "commit": git_commit(), "step_hash": S.step_hash(), "seconds": round(seconds, 1), "status": status}
-        nb.metadata[METADATA_KEY] = executed
+        run = S.NotebookRun(S.NotebookStatus.FAILED if error else S.NotebookStatus.RAN, gpu.name if gpu else "CPU",
+                            round(seconds, 1), notebook_inputs(path.stem, STEPS_OF_NOTEBOOK.get(path.stem, ())), error)
         nbformat.write(nb, path)
         if gpu:
-            S.write(S.Section.NOTEBOOKS, {"notebooks": {path.stem: executed}}, S.provenance(run_context(), seconds),
-                    merge="notebooks")
-        print(f"{path.name:<32} {seconds:7.1f} s  {status}", flush=True)
+            S.write(S.Section.NOTEBOOKS, {"notebooks": {path.stem: run.to_json()}},
+                    provenance(S.Section.NOTEBOOKS, run_context(), seconds), merge="notebooks")
+        print(f"{path.name:<32} {seconds:7.1f} s  {run.status.value}" + (f": {error}" if error else ""), flush=True)
     return 1 if failed else 0

@@ -1,4 +1,5 @@
-"""The walkthrough's engine runs: one RunId per row of its table, in the order a reader meets them.
+"""The walkthrough's engine runs: one RunId per row of its table, in the order a reader meets them (the named runs
+themselves: `dflash_fi.records.runs`).
 
 Every engine generates two workloads (`dflash_fi.proof.engine.workloads`): the uniform one (the table's rows) and the
 mixed one (prompts of other lengths and budgets, more requests than `max_num_seqs`; the mixed-batch rows). Every
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dflash_fi.proof.engine.identity import RunId, Workload
-from dflash_fi.proof.engine.spec import RunSpec
+from dflash_fi.records.runs import (FLASH_ATTN, FLASH_ATTN_GRAPHS, FP8, NO_SPEC, NO_SPEC_FP8, NO_SPEC_GRAPHS,  # noqa: F401
+                                    NO_SPEC_GRAPHS_FI_TARGET, RTX4090_NO_SPEC, RTX4090_STEP4, RTX4090_STOCK,
+                                    STEP4_GRAPHS, STEP4_GRAPHS_FI_TARGET, RunId, Workload, graphs_fi_target_run,
+                                    graphs_run, rtx4090_run, step_run)
+from dflash_fi.records.spec import RunSpec
 from dflash_fi.proof.engine.workloads import MIXED_MAX_NUM_SEQS
-from dflash_fi.models import DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS
+from dflash_fi.records.spec import DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS
 
 # Every run gets the same KV cache (32 prompts x (97 + 128 + 16 draft) tokens need 512 blocks of 16; the mixed
 # workload's 40 running requests fewer) rather than one sized from the memory free at start-up: one difference
@@ -28,39 +32,6 @@ def graph_steps() -> tuple[int, ...]:
     from dflash_fi.steps import STEPS
 
     return tuple(s for s in STEPS if s >= FIRST_GRAPH_STEP)
-
-
-def step_run(step: int, **changes) -> RunId:
-    """Step `step`'s FlashInfer draft (FLASH_ATTN target unless changed)."""
-    return RunId(step=step, **changes)
-
-
-def graphs_run(step: int) -> RunId:
-    return RunId(step=step, cuda_graphs=True)
-
-
-def graphs_fi_target_run(step: int) -> RunId:
-    return RunId(step=step, cuda_graphs=True, target_backend="FLASHINFER")
-
-
-def rtx4090_run(step: int, speculative: bool = True) -> RunId:
-    """The RTX 4090 + FP8 case on this GPU: FlashAttention forced to version 2 (all a 4090 has), which stores no fp8
-    KV; the draft's backend left to vLLM's selector, as a user who names none would."""
-    return RunId(step=step, speculative=speculative, draft_backend=None, kv_cache_dtype="fp8", flash_attn_version=2)
-
-
-NO_SPEC = RunId(speculative=False)
-FLASH_ATTN = RunId(draft_backend="FLASH_ATTN")
-NO_SPEC_FP8 = RunId(speculative=False, kv_cache_dtype="fp8")
-FP8 = RunId(step=4, kv_cache_dtype="fp8")
-RTX4090_NO_SPEC = rtx4090_run(0, speculative=False)
-RTX4090_STOCK = rtx4090_run(0)
-RTX4090_STEP4 = rtx4090_run(4)
-NO_SPEC_GRAPHS = RunId(speculative=False, cuda_graphs=True)
-NO_SPEC_GRAPHS_FI_TARGET = RunId(speculative=False, cuda_graphs=True, target_backend="FLASHINFER")
-FLASH_ATTN_GRAPHS = RunId(draft_backend="FLASH_ATTN", cuda_graphs=True)
-STEP4_GRAPHS = graphs_run(4)
-STEP4_GRAPHS_FI_TARGET = graphs_fi_target_run(4)
 
 
 def final_step() -> int:

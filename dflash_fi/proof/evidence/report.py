@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dflash_fi.proof.engine.identity import RunId, Workload, label
-from dflash_fi.proof.engine.records import EngineRecord, Role, outcome, short_backend
+from dflash_fi.records.runs import RunId, Workload, label
+from dflash_fi.records.engine import EngineRecord, outcome, short_backend
+from dflash_fi.records.outputs import Role
 from dflash_fi.proof.evidence import plan as P
 from dflash_fi.proof.evidence.near_ties import partings
 

@@ -16,7 +16,8 @@ import json
 import sys
 import time
 
-import dflash_fi.summary as S
+import dflash_fi.records.summary as S
+from dflash_fi.freshness import provenance
 from dflash_fi.errors import NoRecord
 from dflash_fi.proof.evidence.checks import Verdict, check_records, checks
 from dflash_fi.proof.evidence.near_ties import measure_margin
@@ -61,14 +62,14 @@ def write_section(records: dict, reference: dict, margin: dict, results: list, s
             "records": [compact(r).to_json() for r in records.values()], "sameness": sameness_rows(records),
             "models": next((r.provenance.models for r in records.values() if r.provenance), {}),
             "checks": [c.to_json() for c in results]}
-    return str(S.write(S.Section.WALKTHROUGH, data, S.provenance(run_context(), seconds)))
+    return str(S.write(S.Section.WALKTHROUGH, data, provenance(S.Section.WALKTHROUGH, run_context(), seconds)))
 
 
 def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) -> dict:
     from dataclasses import replace
 
     from dflash_fi.lab.graphs import cudagraph_claims, format_claims
-    from dflash_fi.lab.routes import dflash_check, label, route_cell
+    from dflash_fi.lab.routes import dflash_check, path_label, route_cell
     from dflash_fi.lab.routing import routing_report
     from dflash_fi.lab.selector import render_matrix, selector_matrix
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET, load_prompts
@@ -96,7 +97,7 @@ def _cpu_sections(reference_prompts: int, reference_tokens: int, device: str) ->
         for capability, trtllm, kv in ((HOPPER, False, "auto"), (BLACKWELL, True, "auto"), (RTX_4090, False, "fp8")):
             report = routing_report(step, trtllm=trtllm, capability=capability, kv_cache_dtype=kv)
             draft = report.routes[0]
-            path = route_cell(draft) if draft.refused else label(draft.decode or draft.prefill, draft)
+            path = route_cell(draft) if draft.refused else path_label(draft.decode or draft.prefill, draft)
             plan = f", plan causal={draft.plan_causal}" if draft.plan_causal is not None else ""
             cells.append(f"{path}{plan}, DFlash check {dflash_check(draft)}")
             if (capability, kv) == (HOPPER, "auto"):
@@ -144,10 +145,12 @@ def _main(num_prompts: int, max_new_tokens: int, started: float):
         for check in checks():
             print(f"     NOT RUN  {check.name}")
         try:
-            records, _, _, _, made = S.read().walkthrough()
+            walkthrough = S.read().walkthrough()
         except NoRecord:  # nothing recorded yet: nothing to show
             return 0, None
-        print(f"\n   The walkthrough of the committed evidence summary, not re-run here: {S.describe(made)}\n")
+        records = walkthrough.records
+        print(f"\n   The walkthrough of the committed evidence summary, not re-run here: "
+              f"{S.describe(walkthrough.provenance)}\n")
         print(render_table(records, S.read().entry(S.Section.WALKTHROUGH).data["sameness"]))
         print("\n" + render_mixed_table(records, S.read().entry(S.Section.WALKTHROUGH).data["sameness"]))
         return 0, None

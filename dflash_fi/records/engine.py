@@ -1,7 +1,7 @@
 """What an engine run records, as types: `EngineRecord` and its parts. JSON at the file's edge only.
 
     EngineRecord    the run (`spec.run`), what vLLM selected, what failed and where, each workload's generate
-                    (`dflash_fi.proof.engine.outputs`), a benchmark's rounds, and where it came from (GPU, versions, commit)
+                    (`dflash_fi.records.outputs`), a benchmark's rounds, and where it came from (`Provenance`)
     Failure         what went wrong, in which `Phase` (set where it happened, never guessed from text)
     Backend         an attention backend class as vLLM named it, and the dflash-fi step it was patched at
 """
@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 
-from dflash_fi.proof.engine.identity import RunId, Workload
-from dflash_fi.proof.engine.outputs import (Acceptance, BatchRun, BuildKey, BuildProfile, BuildTiming, GenerateResult,
-                                      PlanWatch, ProfiledFunction, Role, Round, StepTimes, TurnCpu, decoding_steps,
-                                      generate_from_json)
-from dflash_fi.proof.engine.spec import BenchPlan, RunSpec
+from dflash_fi.errors import BadInput
+from dflash_fi.records.outputs import (BatchRun, BuildKey, BuildProfile, GenerateResult, ProfiledFunction, Round,
+                                       TurnCpu, generate_from_json)
+from dflash_fi.records.provenance import Provenance
+from dflash_fi.records.runs import RunId, Workload
+from dflash_fi.records.spec import RunSpec
 
 SCHEMA = 2
 
@@ -49,22 +50,6 @@ class Backend:
     qualname: str
     name: str | None = None  # AttentionBackendEnum name, e.g. FLASHINFER (None: recorded before it was)
     step: int | None = None  # the dflash-fi step of a patched module; None: vLLM's own class
-
-
-@dataclass(frozen=True)
-class Provenance:
-    """Where a record came from."""
-
-    gpu: str | None
-    compute_capability: str | None
-    versions: dict
-    git_commit: str | None
-    command: str | None
-    finished_at: str
-    wall_s: float | None = None
-    log_file: str | None = None
-    log_tail: str = ""
-    models: dict = field(default_factory=dict)  # sha256 of each local model's weight files
 
 
 @dataclass(frozen=True)
@@ -104,14 +89,13 @@ class EngineRecord:
     def to_json(self) -> dict:
         data = {"schema": SCHEMA, "kind": "engine", **to_plain(self)}
         data["spec"] = self.spec.to_json()
+        data["provenance"] = self.provenance.to_json() if self.provenance else None
         data["generates"] = {w.value: to_plain(g) for w, g in self.generates.items()}
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> "EngineRecord":
         if data.get("schema") != SCHEMA:
-            from dflash_fi.errors import BadInput
-
             raise BadInput(f"an engine record of schema {data.get('schema')}; this dflash-fi reads {SCHEMA}")
         return cls(
             spec=RunSpec.from_json(data["spec"]), ok=data["ok"],
@@ -130,7 +114,7 @@ class EngineRecord:
                                               tuple(ProfiledFunction(**f) for f in p["functions"]))
                                  for p in data.get("build_profiles", ())),
             walkthrough=data.get("walkthrough"),
-            provenance=Provenance(**data["provenance"]) if data.get("provenance") else None)
+            provenance=Provenance.from_json(data["provenance"]) if data.get("provenance") else None)
 
 
 def to_plain(obj) -> dict:
@@ -165,7 +149,3 @@ def short_backend(backend: Backend) -> str:
     name = names.get(backend.name, backend.name) if backend.name else backend.qualname.rsplit(".", 1)[-1]
     return name + (f" (step {backend.step})" if backend.step else "")
 
-
-__all__ = ["Acceptance", "Backend", "BatchRun", "BenchPlan", "BuildKey", "BuildProfile", "BuildTiming", "EngineRecord",
-           "Failure", "GenerateResult", "Phase", "PlanWatch", "ProfiledFunction", "Provenance", "Role", "Round", "StepTimes", "TurnCpu",
-           "decoding_steps", "outcome", "short_backend"]

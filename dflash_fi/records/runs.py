@@ -19,7 +19,7 @@ from enum import Enum
 
 
 class Workload(str, Enum):
-    """What an engine generates (dflash_fi.proof.engine.workloads)."""
+    """What an engine generates (its prompts: dflash_fi.proof.engine.workloads)."""
 
     UNIFORM = "uniform"
     MIXED = "mixed"
@@ -63,6 +63,41 @@ class RunId:
     def draft_on_flashinfer(self) -> bool:
         """The draft asks for FlashInfer by name (not FLASH_ATTN, not the selector's choice)."""
         return self.speculative and self.draft_backend == "FLASHINFER"
+
+
+# The named runs: what the walkthrough, its checks and the notebooks call them (dflash_fi.proof.evidence.plan
+# orders them into the walkthrough's table).
+def step_run(step: int, **changes) -> RunId:
+    """Step `step`'s FlashInfer draft (FLASH_ATTN target unless changed)."""
+    return RunId(step=step, **changes)
+
+
+def graphs_run(step: int) -> RunId:
+    return RunId(step=step, cuda_graphs=True)
+
+
+def graphs_fi_target_run(step: int) -> RunId:
+    return RunId(step=step, cuda_graphs=True, target_backend="FLASHINFER")
+
+
+def rtx4090_run(step: int, speculative: bool = True) -> RunId:
+    """The RTX 4090 + FP8 case on this GPU: FlashAttention forced to version 2 (all a 4090 has), which stores no fp8
+    KV; the draft's backend left to vLLM's selector, as a user who names none would."""
+    return RunId(step=step, speculative=speculative, draft_backend=None, kv_cache_dtype="fp8", flash_attn_version=2)
+
+
+NO_SPEC = RunId(speculative=False)
+FLASH_ATTN = RunId(draft_backend="FLASH_ATTN")
+NO_SPEC_FP8 = RunId(speculative=False, kv_cache_dtype="fp8")
+FP8 = RunId(step=4, kv_cache_dtype="fp8")
+RTX4090_NO_SPEC = rtx4090_run(0, speculative=False)
+RTX4090_STOCK = rtx4090_run(0)
+RTX4090_STEP4 = rtx4090_run(4)
+NO_SPEC_GRAPHS = RunId(speculative=False, cuda_graphs=True)
+NO_SPEC_GRAPHS_FI_TARGET = RunId(speculative=False, cuda_graphs=True, target_backend="FLASHINFER")
+FLASH_ATTN_GRAPHS = RunId(draft_backend="FLASH_ATTN", cuda_graphs=True)
+STEP4_GRAPHS = graphs_run(4)
+STEP4_GRAPHS_FI_TARGET = graphs_fi_target_run(4)
 
 
 def label(run: RunId) -> str:

@@ -1,16 +1,13 @@
-"""What a walkthrough check is (`CheckSpec`: its id, a name to show, the runs and workloads it needs, its judge) and
-what it says (`Check`: PASS, FAIL or NOT RUN, with the numbers it compared). A check is identified by its `CheckId`
-(what it asks, `CheckKind`, of which runs), never by its name. The checks themselves: `dflash_fi.proof.evidence.checks`."""
+"""What a walkthrough check said, as data: `Check` (PASS, FAIL or NOT RUN, with the numbers it compared), identified by
+its `CheckId` (what it asks, `CheckKind`, of which runs), never by its name. How a check judges:
+`dflash_fi.proof.evidence.check_spec` and `dflash_fi.proof.evidence.checks`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable
 
-from dflash_fi.proof.engine.identity import RunId, Workload, label
-from dflash_fi.proof.engine.records import EngineRecord
-
+from dflash_fi.records.runs import RunId
 
 class Verdict(Enum):
     PASS = "PASS"
@@ -51,15 +48,6 @@ class CheckId:
 
 
 @dataclass(frozen=True)
-class Judged:
-    """What a judge saw: passed or not, the numbers it compared (by name), and a sentence for the reader."""
-
-    passed: bool
-    detail: str
-    numbers: dict = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class Check:
     id: CheckId
     name: str  # shown, never matched
@@ -80,25 +68,3 @@ class Check:
     def from_json(cls, data: dict) -> "Check":
         return cls(CheckId.from_json(data["id"]), data["name"], Verdict[data["verdict"]], data["detail"],
                    data.get("numbers") or {})
-
-
-@dataclass(frozen=True)
-class CheckSpec:
-    kind: CheckKind
-    name: str
-    needs: tuple[RunId, ...]
-    judge: Callable[[list[EngineRecord], dict], Judged]  # (records in `needs` order, context)
-    workloads: tuple[Workload, ...] = (Workload.UNIFORM,)  # what each record in `needs` must have generated
-
-    @property
-    def id(self) -> CheckId:
-        return CheckId(self.kind, self.needs)
-
-    def missing(self, records: dict[RunId, EngineRecord]) -> str | None:
-        """Why these records cannot be checked (a run, or a workload of one, not recorded), or None."""
-        if absent := [run for run in self.needs if run not in records]:
-            return f"no record of {', '.join(repr(label(r)) for r in absent)}"
-        if absent := [(run, w) for run in self.needs for w in self.workloads if records[run].generate(w) is None
-                      and records[run].ok]:
-            return "no " + ", ".join(f"{w.value} workload in {label(run)!r}" for run, w in absent)
-        return None

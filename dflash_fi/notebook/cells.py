@@ -1,22 +1,9 @@
-"""What the notebooks share to show the lesson: check lines and verdicts, tables, vLLM's code and the steps' hunks.
-
-Lesson only: it runs no engine and reads no evidence (the live engines and the evidence summary are
-`dflash_fi.proof.evidence.live`). Output that moves from machine to machine goes to cells tagged `nbval-ignore-output`.
-Nothing here runs at import.
-"""
+"""What the notebooks show: check lines and verdicts, tables, vLLM's code and the steps' hunks. Lesson only: it
+runs no engine and reads no evidence. Nothing here runs at import."""
 
 from __future__ import annotations
 
-from dflash_fi.figures.listings import wrapped_lines  # noqa: F401 (the notebooks import it from here)
-
-# The steps each notebook is about (`pytest -m stepN` runs these notebooks too); the first notebook of a step shows
-# its hunks (09 measures what steps 8 and 9 cost against the FLASH_ATTN draft; 10 drives step 4 beside vLLM 0.24.0).
-STEPS_OF_NOTEBOOK = {"00_dflash_and_the_problem": (0,), "01_choosing_a_backend": (0, 1), "02_causal_metadata": (2,),
-                     "03_noncausal_wrapper": (3,), "04_trtllm_gating": (4,), "05_what_upstream_did_next": (5,),
-                     "06_cuda_graphs": (6,), "07_host_work": (7,), "08_plan_once": (8, 9), "09_what_it_costs": (8, 9),
-                     "10_vllm_today": (4,)}
-NOTEBOOK_OF_STEP = {step: next(nb for nb, steps in STEPS_OF_NOTEBOOK.items() if step in steps)
-                    for step in sorted({s for steps in STEPS_OF_NOTEBOOK.values() for s in steps})}
+from dflash_fi.figures.listings import wrapped_lines  # noqa: F401 (the notebooks import it through the facade)
 
 
 def check(name: str, passed: bool, detail: str = "") -> None:
@@ -66,27 +53,26 @@ def show(markdown: str) -> None:
     display(Markdown(markdown))
 
 
-def changed_rows(table: str, first: int = 1) -> str:
+def changed_rows(columns: list[str], rows: list[list], first: int = 1) -> str:
     """A markdown table of one row per case and one column per step (from column `first` on), with the rows whose
     step columns differ highlighted: the case's name bold and marked 'changes', and in each later column the parts
-    (split at '; ' and ', ') that differ from the column before it in bold. Rows that stay as they were stay plain."""
-    def parts(cell):
-        return [p for chunk in cell.split("; ") for p in chunk.split(", ")]
+    that differ from the column before it in bold. A cell is text, or its parts: a tuple of groups (shown joined by
+    '; '), each a tuple of parts (joined by ', '). Rows that stay as they were stay plain."""
+    def groups(cell):
+        return ((cell,),) if isinstance(cell, str) else tuple(tuple(g) for g in cell)
 
-    def bold_new(cell, before):
-        old = set(parts(before))
-        return "; ".join(", ".join(p if p in old or not p else f"**{p}**" for p in chunk.split(", "))
-                         for chunk in cell.split("; "))
+    def shown(cell, before=None):
+        old = None if before is None else {p for g in groups(before) for p in g}
+        return "; ".join(", ".join(p if old is None or p in old or not p else f"**{p}**" for p in g)
+                         for g in groups(cell))
 
-    out = []
-    for i, line in enumerate(table.splitlines()):
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        steps = cells[first:]
-        if i < 2 or len(set(steps)) <= 1:
-            out.append(line)
-            continue
-        cells[first:] = [steps[0]] + [bold_new(c, b) for b, c in zip(steps, steps[1:])]
-        cells[:first] = [f"**{c}** (changes)" if j == 0 else c for j, c in enumerate(cells[:first])]
+    out = ["| " + " | ".join(columns) + " |", "|---" * len(columns) + "|"]
+    for row in rows:
+        if len({groups(c) for c in row[first:]}) <= 1:
+            cells = [shown(c) for c in row]
+        else:
+            cells = [f"**{c}** (changes)" if j == 0 else shown(c) for j, c in enumerate(row[:first])]
+            cells += [shown(row[first])] + [shown(c, b) for b, c in zip(row[first:], row[first + 1:])]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
 
@@ -125,19 +111,6 @@ def show_source(function, blocks: list[tuple[str, str]], mark: tuple[str, ...] =
     display(source_excerpt(function, blocks, mark))
 
 
-def show_flashinfer_source(path: str, start: str, blocks: list[tuple[str, str]], mark: tuple[str, ...] = ()) -> None:
-    """FlashInfer's C++ source `path` (under its installed include/ directory) from the line matching `start` on: that
-    line, and each block's lines, '...' between; lines matching `mark` stand out."""
-    from pathlib import Path
-
-    import flashinfer
-    from IPython.display import display
-
-    from dflash_fi.figures.listings import file_excerpt
-
-    display(file_excerpt(Path(flashinfer.__file__).parent / "data" / "include" / path, start, blocks, mark, "cpp"))
-
-
 def show_test(path: str, name: str) -> None:
     """The test function `name` of the repository's `path` (e.g. 'tests/lab/test_routing.py'), its decorators and
     body, as the repository holds it."""
@@ -147,7 +120,7 @@ def show_test(path: str, name: str) -> None:
 
     from dflash_fi.figures.listings import code_block
 
-    lines = (Path(__file__).resolve().parent.parent / path).read_text().splitlines()
+    lines = (Path(__file__).resolve().parent.parent.parent / path).read_text().splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith(f"def {name}("))
     start = at
     while start and lines[start - 1].startswith("@"):
@@ -156,16 +129,3 @@ def show_test(path: str, name: str) -> None:
                 and not lines[i].startswith(")")), len(lines))
     body = "\n".join(lines[start:end]).rstrip()
     display(code_block(body, path))
-
-
-def lesson_map() -> str:
-    """Markdown: each step, what it is, its hunks (the reason for each), and its notebook."""
-    from dflash_fi.steps import STEPS, step_module, step_title
-
-    lines = ["| step | what it is | its hunks, each by its reason | notebook |", "|---|---|---|---|"]
-    for step in STEPS:
-        previous = len(step_module(step - 1).HUNKS) if step else 0
-        hunks = "; ".join(h.why for h in step_module(step).HUNKS[previous:]) or "none: vLLM as shipped"
-        lines.append(f"| {step} | {step_title(step).split(' - ', 1)[1].rstrip('.')} | {hunks} | "
-                     f"{NOTEBOOK_OF_STEP[step][:2]} |")
-    return "\n".join(lines)

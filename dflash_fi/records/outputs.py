@@ -86,6 +86,43 @@ class StepTimes:
 
 
 @dataclass(frozen=True)
+class DraftRoute:
+    """What the drafter's builds made, and how often: the metadata's class (XQADraft, FIPrefill,
+    FlashAttentionMetadata, ...) and a FlashInfer wrapper's kernel backend ("fa2", "fa3"; None: no wrapper)."""
+
+    metadata: str
+    wrapper_backend: str | None
+    builds: int
+
+
+@dataclass(frozen=True)
+class DraftAttention:
+    """The draft layers' attention on the GPU during one generate (`dflash_fi.proof.engine.draft_timing`): ms per
+    draft forward, summed over the draft layers (median, mean, p10, p90 over the forwards), and the draft builds'
+    routes."""
+
+    layers: int
+    forwards: int
+    median_ms: float | None
+    mean_ms: float | None
+    p10_ms: float | None = None
+    p90_ms: float | None = None
+    routes: tuple[DraftRoute, ...] = ()
+
+    @classmethod
+    def of(cls, snapshot: dict) -> "DraftAttention":
+        ms = snapshot["forwards_ms"]
+        q = statistics.quantiles(ms, n=10) if len(ms) > 1 else [ms[0]] * 9 if ms else [None] * 9
+        return cls(snapshot["layers"], len(ms), round(statistics.median(ms), 5) if ms else None,
+                   round(statistics.fmean(ms), 5) if ms else None, q[0] and round(q[0], 5), q[-1] and round(q[-1], 5),
+                   tuple(DraftRoute(**r) for r in snapshot["routes"]))
+
+    @classmethod
+    def from_json(cls, data: dict) -> "DraftAttention":
+        return cls(**{**data, "routes": tuple(DraftRoute(**r) for r in data.get("routes", ()))})
+
+
+@dataclass(frozen=True)
 class GenerateResult:
     num_requests: int
     generate_s: float
@@ -101,6 +138,7 @@ class GenerateResult:
     builds: tuple[BuildTiming, ...] = ()
     step_times: StepTimes | None = None
     plans: tuple[PlanWatch, ...] | None = None  # None: not watched (benchmarks, profiles)
+    draft_attention: DraftAttention | None = None  # None: not timed (only benchmark engines with a draft time it)
 
     def plan_watch(self, role: Role) -> PlanWatch | None:
         return next((w for w in self.plans or () if w.role is role), None)
@@ -204,6 +242,8 @@ def generate_from_json(data: dict) -> GenerateResult:
         values["step_times"] = StepTimes(**data["step_times"])
     if data.get("plans") is not None:
         values["plans"] = tuple(PlanWatch(**w) for w in data["plans"])
+    if data.get("draft_attention"):
+        values["draft_attention"] = DraftAttention.from_json(data["draft_attention"])
     return GenerateResult(**values)
 
 
