@@ -214,7 +214,7 @@ CLAIMS = (
           (Probe(FLASHINFER, _BUILD, r"prefill_use_trtllm = causal and"),
            Probe(FLASHINFER, _BUILD, r"if not causal and self\.use_trtllm_decode_attention:")), MERGED),
     Claim("noncausal_graph_claim", 5, "no UNIFORM_BATCH claim for a non-causal config (taken from #48167)",
-          "the same claim, except on the XQA GPUs (SM 9.0, 12.x)", _S, ("#48167", "#50439"),
+          "the same off SM 9.0 / 12.x; there UNIFORM_BATCH, the draft on XQA", _O, ("#48167", "#50439"),
           (Probe(FLASHINFER, _CLAIM, r"not use_non_causal or is_xqa_arch"),), TODAY),
     Claim("flash_attn_first", 5, "0.22.1's priority lists: FlashInfer where they put it",
           "FLASH_ATTN first for a non-causal layer on SM 10.x", _O, ("#48167",),

@@ -15,7 +15,7 @@
 # ---
 
 # %% [markdown]
-# # 0 · DFlash, and why vLLM 0.22.1 will not run its draft on FlashInfer
+# # 00 · DFlash, and why vLLM 0.22.1 will not run its draft on FlashInfer
 #
 # Speculative decoding lets a small *draft* model propose tokens that the big *target* model checks in one forward.
 # DFlash drafts a whole **block** at once: the last accepted token (the *anchor*) and 15 mask tokens, all 15 filled in
@@ -61,6 +61,10 @@ verdict(f"with non-causal attention every block query sees all {block_keys[NON_C
 
 # %% [markdown]
 # ## Words used from here on
+#
+# Two of them carry the course. **tau**: the tokens each target forward yields (accepted drafts plus one), how
+# success is counted. The **metadata builder**: the backend's object whose `build()` turns each batch's description
+# into what its kernels need, before every forward. The rest, folded:
 
 # %%
 from IPython.display import display
@@ -70,7 +74,7 @@ from dflash_fi.lab.glossary import glossary, glossary_table
 
 terms = glossary()
 display(folded_markdown(f"The glossary: {len(terms)} words (open it)", glossary_table(terms)))
-verdict(f"{len(terms)} words, tau and the metadata builder among them; the rows on " + ", ".join(
+verdict(f"{len(terms)} words; the rows on " + ", ".join(
     f"`{t.source.rsplit('.', 1)[1]}`" for t in terms if t.source) + " are read from vLLM's own code.")
 
 # %% [markdown]
@@ -81,6 +85,7 @@ verdict(f"{len(terms)} words, tau and the metadata builder among them; the rows 
 # decoder does this in plain PyTorch (fp32): what vLLM must show when a backend is right, and when it is not.
 
 # %% tags=["nbval-ignore-output"]
+import dflash_fi.records.summary as summary
 from dflash_fi.models import load_prompts
 from dflash_fi.notebook import LIVE_NEW_TOKENS, LIVE_PROMPTS
 from dflash_fi.reference.evaluate import evaluate_pair
@@ -92,6 +97,9 @@ prompt_set = f"{reference['n_prompts']} held-out prompts x {reference['n_new_tok
 print(f"{prompt_set}, fp32 on the {device.upper()}: tau non-causal {reference['tau_noncausal']:.3f}, causal "
       f"{reference['tau_causal']:.3f}; speculative output == greedy output on {reference['lossless_fraction']:.0%} "
       "of prompts")
+later = summary.read().walkthrough().reference  # the evidence pass's reference: what notebooks 1-4 compare against
+print(f"notebooks 1-4 use {later['n_prompts']} prompts x {later['n_new_tokens']} tokens on the GPU: tau non-causal "
+      f"{later['tau_noncausal']:.3f}, causal {later['tau_causal']:.3f} (the evidence pass's reference decoder)")
 verdict(f"on {prompt_set}, a backend that silently plans the draft causal costs "
         f"{reference['tau_noncausal'] - reference['tau_causal']:.2f} tokens per target forward "
         f"({1 - reference['tau_causal'] / reference['tau_noncausal']:.0%} fewer), and changes no output: only tau "
@@ -101,11 +109,13 @@ verdict(f"on {prompt_set}, a backend that silently plans the draft causal costs 
 # ## The problem: an RTX 4090 with an FP8 KV cache
 #
 # On an RTX 4090 (SM 8.9) with an FP8 KV cache, stock vLLM 0.22.1's selector finds the DFlash draft no backend: the
-# reasons, from vLLM's own `validate_configuration`, on vLLM's real `CudaPlatform` pretending to be a 4090:
+# reasons, from vLLM's own `validate_configuration`, on vLLM's real `CudaPlatform` pretending to be a 4090 (notebook 1
+# shows the line that refuses FLASHINFER: `if use_non_causal and not cls.supports_non_causal()`):
 
 # %%
 from dflash_fi.lab.selector import backend_verdicts
 from dflash_fi.vocabulary import RTX_4090
+
 
 stock_4090_fp8 = backend_verdicts(0, RTX_4090, "fp8", "draft")  # the GPU's priority list, in order
 refused = [v["backend"] for v in stock_4090_fp8 if v["reasons"]]
@@ -121,28 +131,18 @@ verdict(f"all {len(refused)} backends of the list ({', '.join(v['backend'] for v
 # What is missing is plumbing in vLLM's FlashInfer backend (its kernels do non-causal attention), a few hunks a step:
 
 # %%
-import re
-
-from dflash_fi.notebook import NOTEBOOK_OF_STEP, STEPS_OF_NOTEBOOK
-from dflash_fi.stack import REPO_ROOT
-from dflash_fi.steps import PR_43081_STEPS as PR, STEPS, step_module, step_name
+from dflash_fi.figures.path import course_map
+from dflash_fi.notebook import NOTEBOOK_OF_STEP
+from dflash_fi.steps import PR_43081_STEPS as PR, STEPS
 from dflash_fi.upstream import MERGED, TODAY
 
-hunks = {s: len(step_module(s).HUNKS) - len(step_module(s - 1).HUNKS if s else ()) for s in STEPS}
-files = {nb: REPO_ROOT / "notebooks" / f"{nb}.py" for nb in STEPS_OF_NOTEBOOK}
-titles = {nb: re.search(r"^# # \S+ · (.*)$", f.read_text(), re.M)[1] if f.exists() else nb for nb, f in files.items()}
-taught = {nb: [s for s in STEPS if s and NOTEBOOK_OF_STEP[s] == nb] for nb in STEPS_OF_NOTEBOOK}
-show("| notebook | what it teaches | the steps it writes |\n|---|---|---|\n" + "\n".join(
-    f"| {nb[:2]} | {titles[nb]} | " + ("; ".join(f"{s}: {step_name(s)} ({hunks[s]} hunk{'s' * (hunks[s] > 1)}"
-                                               f"{', PR #43081' * (s in PR)})" for s in taught[nb]) or "none") + " |"
-    for nb in STEPS_OF_NOTEBOOK))
-live = [nb[:2] for nb, f in files.items() if f.exists() and re.search(r"setup\([^)]*live=", f.read_text())]
-after = [nb[:2] for nb in STEPS_OF_NOTEBOOK if any(s not in PR for s in taught[nb])]
-verdict(f"PR #43081 is {sum(hunks[s] for s in PR)} hunks, steps {PR[0]}-{PR[-1]}, in notebooks "
+course = course_map()  # each notebook's heading, and the steps it writes (dflash_fi.steps.course), hunks counted
+show(course.table)
+verdict(f"PR #43081 is {sum(course.hunks[s] for s in PR)} hunks, steps {PR[0]}-{PR[-1]}, in notebooks "
         f"{NOTEBOOK_OF_STEP[PR[0]][:2]}-{NOTEBOOK_OF_STEP[PR[-1]][:2]}; the next says where it went (merged in vLLM "
-        f"{MERGED}; {TODAY} today); {' and '.join(after)} write steps {PR[-1] + 1}-{STEPS[-1]}, beyond it; the last "
-        f"measures what the final draft costs. Notebooks {', '.join(live)} run small vLLM engines live on a GPU "
-        "(without one they show the committed evidence).")
+        f"{MERGED}; {TODAY} today); {' and '.join(course.after)} write steps {PR[-1] + 1}-{STEPS[-1]}, beyond it; "
+        f"the last measures what the final draft costs. Notebooks {', '.join(course.live)} run small vLLM engines "
+        "live on a GPU (without one they show the committed evidence).")
 
 # %% tags=["gpu", "nbval-ignore-output"]
 if session.gpu_cell():  # the reference decoder is plain PyTorch: CPU and GPU agree on one small set

@@ -15,7 +15,7 @@
 # ---
 
 # %% [markdown]
-# # 1 · How vLLM picks an attention backend, and the capability flag
+# # 01 · How vLLM picks an attention backend, and the capability flag
 #
 # Every attention layer asks for its backend once, when the model is built: `get_attn_backend` packs head size,
 # dtypes, ... `use_non_causal` into an `AttentionSelectorConfig` and asks the platform; the draft's layers ask apart.
@@ -70,7 +70,10 @@ show_source(cuda_platform_class().get_attn_backend_cls,
              (r"invalid_reasons = backend_class\.validate_configuration\(", r"validate_configuration\("),
              (r"if invalid_reasons:", r"raise ValueError\(")],
             mark=(r"if selected_backend is not None", r"validate_configuration\("))
-show_source(SpecDecodeBaseProposer._create_draft_vllm_config, [(r"backend=spec_cfg", r"backend=spec_cfg")])
+show_source(SpecDecodeBaseProposer._create_draft_vllm_config,
+            [(r"Never inherit the attention backend", r"Never inherit"),
+             (r"\bbackend=spec_cfg\.attention_backend", r"\bbackend=spec_cfg\.attention_backend")],
+            mark=(r"\bbackend=spec_cfg\.attention_backend",))
 show_source(DFlashProposer._create_draft_vllm_config, [(r"base = super", r"base = super"),
                                                        (r"use_non_causal", r"use_non_causal")])
 show_source(AttentionBackend.validate_configuration,
@@ -79,15 +82,14 @@ show_source(AttentionBackend.validate_configuration,
 # %% [markdown]
 # ## The priority lists, and the draft's selection before and after step 1
 #
-# `_get_backend_priorities` under pretended GPUs (vLLM's real `CudaPlatform` reporting SM 8.9, 9.0 and 10.0); then,
-# per GPU and KV cache, before and after step 1: FLASHINFER asked for the draft, and vLLM's pick with none:
+# `_get_backend_priorities` under pretended GPUs (vLLM's real `CudaPlatform` reporting SM 8.9, 9.0 and 10.0); per
+# GPU and KV cache, before and after step 1: FLASHINFER asked for the draft, and vLLM's pick with none:
 
 # %%
 from dflash_fi.lab.selector import priority_inputs, priority_lists, priority_table, selector_matrix
 from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_CACHE_DTYPE_NAMES, RTX_4090
 
-GPUS = (RTX_4090, HOPPER, BLACKWELL)
-show(priority_table(GPUS))
+GPUS = (RTX_4090, HOPPER, BLACKWELL)  # the lists themselves: the Appendix
 matrix = [{**r, "column": f"SM {r['capability']} + {KV_CACHE_DTYPE_NAMES[r['kv_cache_dtype']]} KV"}
           for r in selector_matrix(steps=(0, 1), capabilities=GPUS) if r["role"] == "draft"]
 NON_CAUSAL = "non-causal attention not supported"  # validate_configuration's reason, as marked above
@@ -104,18 +106,22 @@ selector_grid(matrix);
 
 # %%
 picks = {(r["step"], r["column"]): r["auto_backend"] for r in matrix}
-changed = [f"{cell}: {picks[0, cell] or 'none'} -> {picks[1, cell]}" for step, cell in picks
-           if step == 1 and picks[0, cell] != picks[1, cell]]
+gpu_of = {r["column"]: r["capability"] for r in matrix}
+changed = [cell for step, cell in picks if step == 1 and picks[0, cell] != picks[1, cell]]
+ahead = {gpu: order.index("FLASHINFER") < order.index("FLASH_ATTN") for gpu, order in lists.items()}
+rule = [cell for step, cell in picks if step == 1 and (ahead[gpu_of[cell]] or picks[0, cell] is None)]
 refusing = [r for r in matrix if r["step"] == 0 and NON_CAUSAL in r["flashinfer_reasons"]]
 verdict(f"at step 0 FLASHINFER refuses the draft in {len(refusing)} of {sum(r['step'] == 0 for r in matrix)} columns "
-        f"('{NON_CAUSAL}'); at step 1 every cell is green. With nothing asked for, the pick changes wherever "
-        f"FLASHINFER stands before FLASH_ATTN in the list, or nothing else was left: {'; '.join(changed)}.")
+        f"('{NON_CAUSAL}'); at step 1 every cell is green. With nothing asked for, the pick changes in "
+        + "; ".join(f"{cell}: {picks[0, cell] or 'none'} -> {picks[1, cell]}" for cell in changed) + ".")
+check("the pick changes exactly where the list puts FLASHINFER before FLASH_ATTN (SM "
+      + ", ".join(gpu for gpu, first in ahead.items() if first) + "), or nothing else was left", rule == changed)
 
 # %% [markdown]
 # ## Step 1: one method, and the guard behind it
 #
 # The base class's `supports_non_causal()` says False (above); step 1 is one method on `FlashInferBackend` saying
-# True (the exercise at the end has you write it; the answer is folded in the appendix). But nothing below the
+# True (the exercise at the end has you write it; the answer is in the Appendix section, folded). But nothing below the
 # selector knows about causality yet, and DFlash's own guard refuses step 1's draft metadata (the GPU runs show it):
 
 # %%
@@ -139,10 +145,21 @@ live = session.run_live(live_runs)
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import wrapped_lines
 
+import contextlib, io
+
+from dflash_fi.records.engine import outcome
+
 records, reference, source = session.evidence(live_runs)
+with contextlib.redirect_stdout(io.StringIO()):  # its lines carry whole error messages: shown shorter below
+    checks = session.check(records, reference)
 with wrapped_lines():
     print(source)
-    checks = session.check(records, reference)
+    for c in checks:  # by name only: the verdict says how each run ended
+        print(f"{c.verdict.value}  {c.name}")
+at = {run: outcome(records[run]) if run in records else "not recorded" for run in live_runs}
+verdict(f"step 0 is refused at selection ({at[live_runs[1]]}); step 1 passes selection and fails DFlash's guard "
+        f"({at[live_runs[2]]}); the stock RTX 4090 + FP8 case has no backend ({at[live_runs[3]]}). "
+        f"{sum(c.passed for c in checks)} of {len(checks)} checks pass.")
 
 # %% [markdown]
 # ### Check
@@ -174,6 +191,12 @@ with wrapped_lines():
 # %% [markdown] tags=["appendix"]
 # ## Appendix
 #
+# The priority lists, per GPU:
+
+# %% tags=["appendix"]
+show(priority_table(GPUS))
+
+# %% [markdown] tags=["appendix"]
 # Step 1's hunk, the exercise's answer:
 
 # %% tags=["appendix"]
@@ -200,5 +223,5 @@ show_step_diff(1)
 #
 # Edit the hunk's `"new"` text in that file. The check prints one line per check (step 1, 3 in all) and then what
 # still fails. Untouched, it says `step 1 still fails 2 of 3 checks: selector accepts the draft; RTX 4090 fp8
-# draft`. Right, it says `step 1 passes: all 3 checks of step 1 hold with your hunks` and exits 0. The answer is folded
-# in the appendix above.
+# draft`. Right, it says `step 1 passes: all 3 checks of step 1 hold with your hunks` and exits 0. The answer is step 1's
+# hunk in the Appendix section just above this one (its cells are folded: unfold them).

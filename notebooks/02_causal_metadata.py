@@ -15,7 +15,7 @@
 # ---
 
 # %% [markdown]
-# # 2 · The metadata builder: a `causal` field, and all-prefill batches
+# # 02 · The metadata builder: a `causal` field, and all-prefill batches
 #
 # Every forward pass starts with the **metadata builder** (notebook 1's third box): the runner (target) and DFlash's
 # proposer (draft) describe the batch in a `CommonAttentionMetadata` (query starts, sequence lengths, page table,
@@ -42,15 +42,13 @@ from dflash_fi.figures.path import build_outline
 display(build_outline())  # vLLM 0.22.1's build(), as installed: the lines kept, each noted (figures/path.py)
 
 # %% [markdown]
-# `seq_lens_cpu` copies the GPU's lengths to the host on first use (a *lazy* copy: it waits for every kernel queued
-# before; notebook 7 cuts that wait). The split: requests of at most `reorder_batch_threshold` query tokens are
-# *decodes* (decode kernels or TRTLLM), the rest *prefills*; decodes come first, so the split is one boundary:
+# The split: requests of at most `reorder_batch_threshold` query tokens are *decodes* (decode kernels or TRTLLM), the
+# rest *prefills*; decodes come first, so the split is one boundary. FlashInfer passes `require_uniform=True`: decodes
+# must all have the same query length, or they count as prefills:
 
 # %%
-from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 
-show_source(CommonAttentionMetadata.seq_lens_cpu.fget, [(r"if self\._seq_lens_cpu is None", r"return self\._seq")])
 show_source(split_decodes_and_prefills, [(r"is_prefill = query_lens > decode_threshold", r"is_prefill = query_lens >"),
                                          (r"first_prefill = ", r"num_decodes = first_prefill")],
             mark=(r"decode_threshold", r"first_prefill = "))
@@ -59,8 +57,10 @@ show_source(split_decodes_and_prefills, [(r"is_prefill = query_lens > decode_thr
 # ## Step 2, hunk by hunk
 #
 # DFlash builds its draft metadata with `causal=False` (`DFlashProposer.set_inputs_first_pass`) and then checks that
-# every draft layer's metadata says `causal is False`. Stock FlashInfer has nowhere to put that answer. First, a
-# field for it:
+# every draft layer's metadata says `causal is False`. Stock FlashInfer has nowhere to put that answer. Step 2 is
+# three hunks: a `causal` field on the metadata (1); a non-causal batch made all prefill (2); `build()` recording the
+# batch's causality (3). **Try them first**: `dflash-fi exercise 2` in a terminal gives you the stock text to edit
+# ("Try it yourself", at the end, says how it is checked); then read the hunks below as the answer. Hunk 1, the field:
 
 # %%
 show_hunks(2, only=[1], max_lines=None, context=1)
@@ -75,7 +75,8 @@ show_hunks(2, only=[2, 3], max_lines=None, context=1)
 # %% [markdown]
 # ## What each batch becomes
 #
-# The real `build()` of steps 1 and 2 on six batches, FlashInfer's wrappers doubles; rows that change bold. H100/H200:
+# The `build()` of steps 1 and 2 on six batches, FlashInfer's wrappers replaced by recording stand-ins (no GPU);
+# rows that change bold. H100/H200:
 
 # %%
 from dflash_fi.lab.routes import Decode, dflash_check, metadata_causal, path_label
@@ -92,7 +93,8 @@ verdict(f"the draft's routing is the same at both steps ({step2.num_prefills} pr
 
 # %% [markdown]
 # Where TRTLLM attention is available (Blackwell, SM 10.x), vLLM raises the threshold to `1 + 2 x 15` for
-# speculative decoding, so the DFlash draft's 16-token requests would be decodes:
+# speculative decoding (one verified token plus twice the 15 speculative tokens, since DFlash drafts in parallel), so
+# the DFlash draft's 16-token requests would be decodes:
 
 # %%
 show(changed_rows(*routing_rows(steps=(1, 2), capability=BLACKWELL, trtllm=True)))
@@ -135,7 +137,10 @@ plt.show()  # the picture, then what it says
 fa, s2 = (records[run].generate().acceptance.per_position for run in live_runs)
 ref = reference["per_position_acceptance"]
 to_causal, to_noncausal = (sum(abs(x - y) for x, y in zip(s2, ref[k])) / len(s2) for k in ("causal", "noncausal"))
-verdict(f"on {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is {to_causal:.3f} from "
+under = {k: max(abs(x - y) for x, y in zip(run, ref[k])) for k, run in (("noncausal", fa), ("causal", s2))}
+verdict(f"in the figure the dashed non-causal reference lies under the FLASH_ATTN draft's line (at most "
+        f"{under['noncausal']:.3f} apart) and the dashed causal one under step 2's (at most {under['causal']:.3f}). "
+        f"On {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is {to_causal:.3f} from "
         f"the reference's causal curve on average and {to_noncausal:.3f} from its "
         f"non-causal one: it drafts causally. At the first position it accepts {s2[0]:.2f} of drafts against the "
         f"FLASH_ATTN draft's {fa[0]:.2f}.")
@@ -178,4 +183,4 @@ show_step_diff(2)
 #
 # Edit each hunk's `"new"` text. Untouched, it says `step 2 still fails 3 of 7 checks: draft all prefill;
 # metadata.causal; DFlash's check`. Right, it says `step 2 passes: all 7 checks of steps 1-2 hold with your hunks` and
-# exits 0. The answer is the hunks above: write yours from the check's messages before you scroll back to them.
+# exits 0. The answer is the three hunks in "Step 2, hunk by hunk" above.

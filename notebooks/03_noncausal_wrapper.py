@@ -15,7 +15,7 @@
 # ---
 
 # %% [markdown]
-# # 3 · FlashInfer's `plan()` and `run()`: a separate non-causal wrapper
+# # 03 · FlashInfer's `plan()` and `run()`: a separate non-causal wrapper
 #
 # FlashInfer splits attention in two calls (the fourth and fifth boxes of notebook 1's picture).
 # `BatchPrefillWithPagedKVCacheWrapper.plan(...)` takes the batch's shape (`qo_indptr`, `paged_kv_indptr`, heads,
@@ -50,25 +50,43 @@ show_source(FlashInferMetadataBuilder._get_prefill_wrapper, [(r"if self\._prefil
                                                              (r"return self\._prefill_wrapper", r"return")])
 
 # %% [markdown]
-# So a draft batch planned on the shared wrapper is re-planned causal by the next target batch, and a wrapper's
-# causality is whatever its last `plan()` said. Step 3 gives the draft a wrapper of its own (hunk 1), created on
-# first use when asked with `causal=False` (hunk 2; `backend="auto"` leaves the kernel to FlashInfer, step 5
-# revisits that), after a check for what has no non-causal path at all, which `build()` makes before anything else
-# (hunk 3; the rest of hunk 2, its error messages, is in the appendix's whole diff):
+# Target batches never reach the draft's wrapper: vLLM gives the draft's layers an `AttentionGroup` and metadata
+# builder of their own (`vllm/v1/spec_decode/llm_base_proposer.py`, line 1582), and DFlash's proposer hands that
+# builder only `causal=False` metadata (`dflash.py`, line 187). But a builder does not know whose batches it
+# builds: `_get_prefill_wrapper()` gives its one wrapper to every prefill batch, and that wrapper runs
+# with whatever causality its last `plan()` fixed. Step 3 keys the wrapper by causality, so a causal and a
+# non-causal plan never share one, in whichever builder they meet, and stock's causal wrapper stays as it was:
+#
+# 1. the builder owns a second wrapper, for non-causal batches only;
+# 2. `_get_prefill_wrapper(causal=False)` creates it on first use and returns it (`backend="auto"` leaves the
+#    kernel to FlashInfer; step 5 revisits that);
+# 3. `build()` refuses, before anything else, what has no non-causal path (DCP, an NVFP4 cache: below);
+# 4. and 5. the prefill branch of `build()` asks for the wrapper of the batch's causality, and tells `plan()` it,
+#    where stock says `causal=True` whatever the batch;
+# 6. stock `forward` asserted every prefill wrapper planned causal; it now compares the wrapper's planned
+#    causality with the metadata's, so a wrong plan fails loudly at `run()` time.
+#
+# **Try it yourself first** (CPU lab, no GPU), in a terminal: `dflash-fi exercise 3` writes `exercises/step3.py`
+# (each hunk's reason, where it lands, the stock text: edit each `"new"`), `dflash-fi exercise 3 --check` checks it.
+# Untouched it says `step 3 still fails 4 of 12 checks: plan(causal=False); a wrapper of its own; DCP refused;
+# NVFP4 refused`; right, `step 3 passes: all 12 checks of steps 1-3 hold with your hunks`. Hint: refuse at the top
+# of `build()`, not only in `_get_prefill_wrapper()`. The answer, hunk by hunk (hunk 2: its decision; its error
+# messages are in the appendix's whole diff):
 
 # %%
 from dflash_fi.notebook import show_hunks
+import dflash_fi.patched.step3 as step3
 
-show_hunks(3, only=[1, 2, 3], max_lines={2: 12}, context=1, joined=True)
+show_hunks(3, only=[1, 2], max_lines={2: 0}, context=1, joined=True)  # hunk 2's decision, from step 3's module:
+show_source(step3.FlashInferMetadataBuilder._get_prefill_wrapper,
+            [(r"if not causal:", r"return self\._noncausal_prefill_wrapper")])
 
 # %% [markdown]
-# The fix itself: the prefill branch of `build()` asks for the wrapper of the batch's causality, and `plan()` is
-# told it, where stock vLLM says `causal=True` whatever the batch (hunks 4 and 5). Stock `forward` asserted that
-# every prefill wrapper was planned causal; it now compares the wrapper's planned causality with the metadata's,
-# so a wrapper planned the wrong way fails loudly at `run()` time (hunk 6).
+# Hunk 2 hands a non-causal batch its own wrapper, never the causal one. Hunk 3 makes `build()` refuse first what
+# has none; hunks 4 and 5 make it ask for the wrapper of the batch's causality and tell `plan()`; hunk 6 checks it:
 
 # %%
-show_hunks(3, only=[4, 5, 6], max_lines=None, context=1, joined=True)
+show_hunks(3, only=[3, 4, 5, 6], max_lines=None, context=1, joined=True)
 
 # %% [markdown]
 # Then the routing: the draft's rows change, the target's keep the shared causal wrapper.
@@ -125,14 +143,15 @@ from dflash_fi.figures import acceptance_by_position
 
 from matplotlib import pyplot as plt
 
-acceptance_by_position(records, live_runs[1:], title="Step 3 plans the draft non-causal: acceptance per position",
-                       reference=reference)
-plt.show()  # the picture, then what it says
+acceptance_by_position(records, live_runs[2:], title="Step 3 plans the draft non-causal: acceptance per position")
+plt.show()  # the picture: steps 2 and 3; the FLASH_ATTN draft and the reference decoder, in what it says
 fa, s2, s3 = (records[run].generate().acceptance.per_position for run in live_runs[1:])
-verdict(f"on {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 3 (triangles) lies on the "
-        f"FLASH_ATTN draft (circles), the largest difference "
-        f"{max(abs(a - b) for a, b in zip(fa, s3)):.3f} over {len(s3)} positions, so one is drawn inside the other; "
-        f"step 2 is well below ({s2[0]:.2f} against {s3[0]:.2f} at the first position).")
+noncausal = reference["per_position_acceptance"]["noncausal"]
+verdict(f"on {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is well below step 3 "
+        f"({s2[0]:.2f} against {s3[0]:.2f} at the first position); step 3 is within "
+        f"{max(abs(a - b) for a, b in zip(fa, s3)):.3f} of the FLASH_ATTN draft and "
+        f"{max(abs(a - b) for a, b in zip(noncausal, s3)):.3f} of the reference decoder's non-causal prediction "
+        f"at every one of its {len(s3)} positions.")
 
 # %% [markdown]
 # ### Check
@@ -169,39 +188,27 @@ wrapper_claim = claim("noncausal_wrapper")
 print(f"step {wrapper_claim.step}, here: {wrapper_claim.ours}")
 print(f"upstream ({', '.join(wrapper_claim.prs)}, {wrapper_claim.when()}): {wrapper_claim.theirs}: "
       f"{wrapper_claim.agreement.value}")
-verdict("refused at the top of `build()`, a refused batch changes nothing; upstream's NVFP4 refusal comes after "
-        "`build()` has written its page-table buffers.")
+verdict("refused at the top of `build()`, a refused batch changes nothing; vLLM 0.24.0 refuses DCP there too, "
+        "but an NVFP4 cache only in `_get_prefill_wrapper()`, after `build()` has written its page-table buffers.")
 
 # %% [markdown] tags=["appendix"]
 # **The kernel itself, against the reference.** FlashInfer's non-causal paged prefill on DFlash-shaped batches, with
 # its fa2 kernel (all an RTX 4090 has) and with `auto` (PR #43081's choice), bf16 and fp8-e4m3 KV, against
-# `dflash_fi.reference.paged_attention` in fp32: this GPU test runs it in every evidence pass (not in this notebook):
+# `dflash_fi.reference.paged_attention` in fp32 ("kernel run": what FlashInfer dispatched; the last column: how far
+# the *causal* reference is):
 
-# %% tags=["appendix"]
-from dflash_fi.notebook import show_test
-
-show_test("tests/gpu/test_kernels.py", "test_flashinfer_non_causal_paged_prefill_matches_the_reference")
+# %% tags=["gpu", "nbval-ignore-output", "appendix"]
+if session.gpu_cell():
+    errors_by_kernel, bound, table = session.kernel_accuracy()
+    show(table)
+    worst = max(r["max_abs_err"] for r in errors_by_kernel)
+    nearest_causal = min(r["distance_to_causal"] for r in errors_by_kernel)
+    verdict(f"every kernel is within {worst:.1e} of the non-causal reference and at least {nearest_causal:.1e} from "
+            f"the causal one; the bound between them is {bound}: a kernel planned causal would be caught.")
+    check("FlashInfer's non-causal prefill matches the non-causal reference, not the causal one",
+          worst < bound < nearest_causal, f"{len(errors_by_kernel)} kernels")
 
 # %% tags=["appendix"]
 from dflash_fi.notebook import show_step_diff
 
 show_step_diff(3)
-
-# %% [markdown]
-# ## Try it yourself
-#
-# Write step 3's hunks yourself, checked by the CPU lab (no GPU). In a terminal (JupyterLab's will do):
-#
-# ```
-# dflash-fi exercise 3           # writes exercises/step3.py: each hunk's reason, where it lands, the stock text
-# dflash-fi exercise 3 --check   # your hunks in place of step 3's, on top of the project's steps before it
-# ```
-#
-# Edit each hunk's `"new"` text in that file. The check prints one line per check (steps 1-3, 12 in all) and then
-# what still fails. Untouched, it says `step 3 still fails 4 of 12 checks: plan(causal=False); a wrapper of its own;
-# DCP refused; NVFP4 refused`: the draft is still planned `causal=True` on the shared wrapper, a causal batch
-# re-plans it, and DCP and an NVFP4 cache are not refused. Refused only inside `_get_prefill_wrapper()`, as PR #43081
-# has it, DCP and NVFP4 still fail: the check says what upstream does there, and why the lesson asks for more. Right,
-# it says `step 3 passes: all 12 checks of steps 1-3 hold with your hunks` and exits 0. A hunk whose `"old"` text
-# matches twice or nowhere is refused, naming its line in your file. The answer is the hunks above: write yours from
-# the check's messages before you scroll back to them.

@@ -26,6 +26,16 @@
 # `dflash_fi.upstream`, so a different file fails loudly instead of teaching something else. Only the three releases
 # 0.22.1, 0.24.0 and 0.33.0 are read, so "in 0.33.0, not in 0.24.0" is all this notebook can say about when a change
 # came: the releases in between are not read.
+#
+# Four words this notebook uses before the notebooks that teach them (notebook 00's glossary has them all):
+# - **XQA**: FlashInfer's decode kernel from TensorRT-LLM, which needs no `plan()`; in 0.33.0 a DFlash draft runs on
+#   it on SM 9.0 and 12.x, "the XQA GPUs" (notebook 07 runs it).
+# - **a backend's CUDA-graph claim**: what its builder's `get_cudagraph_support()` says a full CUDA graph of its
+#   attention may hold: `UNIFORM_BATCH`, batches whose requests all have one query length (a draft's blocks), or less
+#   (notebook 06).
+# - **PIECEWISE graphs**: CUDA graphs of everything but attention, which runs eagerly between them.
+# - **attention sink**: a learned per-head logit that some models add to the softmax; FlashInfer serves it with a
+#   wrapper of its own.
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import check, setup, show, verdict
@@ -69,18 +79,28 @@ verdict(f"{len(builds) - len(differ)} of {len(builds)} builds decide every field
 #
 # Each place is a definition (a function or class) in each release's own file; a row counts the lines a release
 # added and removed there, and names the PR whose thread says why ("not the lesson's" where the change concerns
-# other layers). The diffs themselves are in the appendix.
+# other layers). The diffs themselves are in the appendix; the verdict below the table says what the changes do.
 
 # %%
 from dflash_fi.figures.today import places_table
-from dflash_fi.lab.today import PLACES, changes
+from dflash_fi.lab.today import PLACES, changes, priorities
+from dflash_fi.upstream import CLAIMS, LESSON, MERGED, TODAY
+from dflash_fi.vocabulary import BLACKWELL, HOPPER
 
 show(places_table())
 changed = {hop: [p.title for p in PLACES if changes(p)[hop].diff] for hop in (0, 1)}
-kept = [t for t in changed[0] if t not in changed[1]]
+kept = [p.title for p in PLACES if not changes(p)[1].diff]
+draft_moves = (priorities(TODAY, BLACKWELL, True)[0] != priorities(MERGED, BLACKWELL)[0]
+               and priorities(TODAY, HOPPER, True) == priorities(MERGED, HOPPER))
+pr_hold = all(c.since in (LESSON, MERGED) for c in CLAIMS if c.step <= 4)  # each probed in 0.33.0's code too
 verdict(f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.0, {len(changed[1])} from 0.24.0 to "
-        f"0.33.0. Unchanged since the merge: {', '.join(kept)}; 0.33.0 moved {', '.join(changed[1])}: "
-        "#43081's non-causal wrapper is still built there (row 3 of the table below).")
+        f"0.33.0. Unchanged since the merge: {' and '.join(kept)}. #48167 had the selector walk hand "
+        "`use_non_causal` to the priority list, and `get_cudagraph_support` claim no UNIFORM_BATCH for a non-causal "
+        "config; #49718 and #50439 lift that on SM 9.0 / 12.x, where the draft runs on XQA, and give a model with "
+        "attention sinks a sink wrapper there. #43081's non-causal wrapper is still built, and `_get_prefill_wrapper` "
+        "still refuses DCP and NVFP4 for it (step 3's row of the claims table further down). So "
+        + ("the places steps 1-4 touched still hold in 0.33.0" if pr_hold else "not every place of steps 1-4 holds")
+        + ("; #48167 changes which backend a DFlash draft gets on SM 10.x." if draft_moves else "."))
 
 # %% [markdown]
 # ## The priority lists of 0.33.0
@@ -91,14 +111,19 @@ verdict(f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.
 # are their names (the same done to 0.22.1's function gives what 0.22.1's own returns: the check at the end). Only
 # the order of FLASH_ATTN and FLASHINFER matters here: TRITON_ATTN, FLEX_ATTENTION and TURBOQUANT, vLLM's other
 # backends for these layers, are reached only when both of those refuse.
+#
+# First the lines of that function where the lists part: a non-causal layer (`use_non_causal`) skips the SM 10.x
+# list, FlashInfer first, and gets the other GPUs' list, FLASH_ATTN first. Then what the function returns.
 
 # %%
-from dflash_fi.figures.today import priority_table
-from dflash_fi.lab.today import priorities
-from dflash_fi.upstream import LESSON, TODAY, claim
-from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090, sm
+from IPython.display import display
+
+from dflash_fi.figures.today import noncausal_branch, priority_table
+from dflash_fi.upstream import claim
+from dflash_fi.vocabulary import RTX_4090, sm
 
 gpus = (RTX_4090, HOPPER, BLACKWELL)
+display(noncausal_branch())
 show(priority_table(gpus))
 moved = [cap for cap in gpus if priorities(TODAY, cap, True) != priorities(LESSON, cap)]
 first = {cap: priorities(TODAY, cap, True)[0] for cap in moved}
@@ -119,7 +144,7 @@ verdict(f"only {', '.join(f'SM {sm(c)}' for c in moved)} changes, and only for a
 from collections import Counter
 
 from dflash_fi.figures.today import claims_table
-from dflash_fi.upstream import CLAIMS, MERGED, Agreement
+from dflash_fi.upstream import Agreement
 
 show(claims_table(CLAIMS))
 by = Counter(c.agreement for c in CLAIMS)
@@ -167,8 +192,8 @@ check("each claim's release is what the releases' code shows", all(c.shown_since
 
 # %%
 graphs, xqa = claim("noncausal_graph_claim"), claim("xqa_draft")
-verdict(f"PR #43081 is in vLLM {MERGED} as steps 1-4 wrote it: {len(builds) - len(differ)} of {len(builds)} builds "
-        f"decide alike, and the {len(differ)} others differ only on NVFP4, for named reasons. By {TODAY}, upstream "
+verdict(f"PR #43081 is in vLLM {MERGED} as steps 1-4 wrote it, except where NVFP4 is refused: {len(builds) - len(differ)} of {len(builds)} builds "
+        f"decide alike, and the {len(differ)} others differ only on NVFP4, for the named reasons above. By {TODAY}, upstream "
         f"kept it and built around it: #48167's CUDA-graph claim ({graphs.when()}), FLASH_ATTN first for a non-causal "
         f"layer on SM 10.0, and the draft on XQA on SM 9.0 and 12.x ({', '.join(xqa.prs)}). Next, notebook 06: "
         "what #48167 changes in how vLLM picks a CUDA-graph mode, and step 6.")

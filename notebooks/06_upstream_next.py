@@ -39,9 +39,7 @@ session = setup("06_upstream_next", live=live_runs, reads=(S.Section.WALKTHROUGH
 # ## What the runner asks, in vLLM 0.22.1
 #
 # The model runner asks every attention group's builder class, draft layers included, for its claim, **with the
-# engine's (the target's) config**, and resolves one mode for the whole engine from the weakest answer. A verify
-# step is 1 + 15 tokens per request (`uniform_decode_query_len` 16), so `resolve_cudagraph_mode_and_sizes` turns
-# `FULL_AND_PIECEWISE` into `PIECEWISE`, for every layer, when the weakest claim is below `UNIFORM_BATCH`:
+# engine's (the target's) config**, and resolves one mode for the whole engine from the weakest answer:
 
 # %%
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -50,6 +48,18 @@ show_source(GPUModelRunner._check_and_update_cudagraph_mode,
             [(r"cg_support = builder_cls.get_cudagraph_support", r"\)$"),
              (r"cudagraph_mode = self.compilation", r"min_cg_support,$")],
             mark=(r"self.vllm_config, kv_cache_group", r"resolve_cudagraph_mode_and"))
+
+# %% [markdown]
+# The branch the lesson turns on, in `resolve_cudagraph_mode_and_sizes`: a verify step is 1 + 15 tokens per request
+# (`uniform_decode_query_len` 16), so a weakest claim below `UNIFORM_BATCH` turns `FULL_AND_PIECEWISE` into
+# `PIECEWISE`, for every layer of the engine:
+
+# %%
+from vllm.config import CompilationConfig
+
+show_source(CompilationConfig.resolve_cudagraph_mode_and_sizes,
+            [(r"# check that if we are doing spec-decode", r"cudagraph_mode = CUDAGraphMode\.PIECEWISE$")],
+            mark=(r"UNIFORM_BATCH\.value$", r"cudagraph_mode = CUDAGraphMode.PIECEWISE$"))
 
 # %% [markdown]
 # The claims of steps 4, 5 and 6 on pretended GPUs, as vLLM's own resolution turns them into a mode (FLASH_ATTN target,
@@ -63,8 +73,9 @@ claims = {(c["step"], c["capability"]): c for c in (cudagraph_claims(step, capab
                                                      for capability, trtllm in ((HOPPER, False), (BLACKWELL, True)))}
 show(format_claims(list(claims.values())))
 verdict(f"on SM 9.0 steps 4 and 5 claim {claims[4, '9.0']['flashinfer_claim']} and the engine resolves "
-        f"{claims[4, '9.0']['resolved_mode']}: a FlashInfer draft costs the whole engine its FULL graphs; step 6 "
-        f"resolves {claims[6, '9.0']['resolved_mode']}. On SM 10.0 with TRTLLM, step 4 claims "
+        f"{claims[4, '9.0']['resolved_mode']}: a FlashInfer draft costs the whole engine its FULL graphs (the "
+        "evidence records each engine's mode, below; no benchmark here times a PIECEWISE engine against a FULL one, "
+        f"so that cost is not measured); step 6 resolves {claims[6, '9.0']['resolved_mode']}. On SM 10.0 with TRTLLM, step 4 claims "
         f"{claims[4, '10.0']['flashinfer_claim_draft_config']} even for the draft's config, step 5 "
         f"{claims[5, '10.0']['flashinfer_claim_draft_config']}: that is #48167, next.")
 
@@ -72,10 +83,11 @@ verdict(f"on SM 9.0 steps 4 and 5 claim {claims[4, '9.0']['flashinfer_claim']} a
 # ## Step 5, hunk 3: vLLM #48167
 #
 # A non-causal batch never runs on TRTLLM (step 4): it runs FlashInfer's prefill wrapper, whose replay never sees a
-# later `plan()`. Upstream's fix makes the claim say so for a non-causal config (below). vLLM 0.22.1's runner asks
-# with the target's config, so there it changes no mode; it bites where each group is asked with its own layers'
-# config. On a pretended Blackwell, the CPU lab's batches through `build()` that change, each with its layers' claim
-# and the graph it would replay:
+# later `plan()`. Upstream's fix makes the claim say so for a non-causal config (below). **In vLLM 0.22.1 this hunk
+# changes no mode and no replay for the draft**: the runner asks with the target's config (above), and the drafter
+# captures piecewise graphs only (step 6). It matters where each group is asked with its own config, as in vLLM
+# 0.33.0. On a pretended Blackwell, the CPU lab's batches through `build()` that change, with what would replay if
+# each group were asked with its own config:
 
 # %%
 from dflash_fi.lab.batches import STANDARD_BATCHES
@@ -84,44 +96,18 @@ from dflash_fi.lab.today import graphs_by_batch
 show_hunks(5, only=[3], context=0)
 bites = {step: graphs_by_batch(step, BLACKWELL) for step in (4, 5)}
 changed = [b for b in STANDARD_BATCHES if bites[4][b] != bites[5][b]]
-show("| batch | its path | step 4: claim, replays | step 5: claim, replays |\n|---|---|---|---|\n" + "\n".join(
+show("| batch | its path | step 4: claim, would replay | step 5: claim, would replay |\n|---|---|---|---|\n" + "\n".join(
     f"| {b.name} | {bites[4][b][0]} | " + " | ".join(", ".join(bites[step][b][1:]) for step in (4, 5)) + " |"
     for b in changed))
 kept = [b for b in STANDARD_BATCHES if b not in changed]
-verdict(f"{len(changed)} of {len(STANDARD_BATCHES)} batches change, both DFlash draft batches: at step 4 FlashInfer's "
-        f"non-causal prefill would sit in a {bites[4][changed[0]][2]} graph, replaying the plan of capture time for "
-        f"every later block; #48167 makes it {bites[5][changed[0]][2]}. The other {len(kept)}, the target's, keep "
-        "their paths, claims and graphs.")
+verdict(f"{len(changed)} of {len(STANDARD_BATCHES)} batches change, both DFlash draft batches: asked per group, step 4 "
+        f"would put FlashInfer's non-causal prefill in a {bites[4][changed[0]][2]} graph, replaying the plan of capture "
+        f"time for every later block; #48167 makes it {bites[5][changed[0]][2]}. In 0.22.1 neither happens (one "
+        f"config, piecewise drafter). The other {len(kept)}, the target's, keep their paths, claims and graphs.")
 
 # %% [markdown]
-# ## Step 5, hunks 1 and 2: the kernel for draft blocks
-#
-# PR #43081's non-causal wrapper lets FlashInfer choose (`auto`: its **fa3** kernel on SM 9.0 with a bf16 cache, its
-# **fa2** kernel elsewhere). fa3 has no form for the bf16 queries vLLM keeps on an FP8 cache, and for 16-query
-# blocks fa2 is the faster one. So the draft's wrapper asks for fa2 by name, one constant holding the choice; below
-# it, the evidence pass's kernel benchmark at DFlash shapes (32 query and 8 KV heads of 128, as in Qwen3-4B), each
-# kernel's time over fa2's per batch x context (below the line: faster than fa2):
-
-# %% tags=["nbval-ignore-output"]
-from dflash_fi.figures import kernels_over_fa2
-from dflash_fi.figures.style import pyplot
-from dflash_fi.notebook import recorded
-
-show_hunks(5, only=[1, 2], context=0, joined=True)
-kernels = recorded(lambda: S.read().rows(S.Section.BENCH_KERNELS), "the kernel benchmark")
-if kernels:
-    kvs = ("bf16", "fp8-e4m3")
-    _, over = kernels_over_fa2(kernels, {"flashinfer-fa3": "FlashInfer fa3 (auto, bf16)",
-                                         "vllm-flash-attn": "vLLM's FlashAttention (FLASH_ATTN draft)"}, kvs)
-    pyplot().show()
-    fa3, fa = over["flashinfer-fa3", "bf16"], {kv: over["vllm-flash-attn", kv] for kv in kvs}
-    worst, wins = max(fa3, key=fa3.get), {kv: sum(r < 1 for r in fa[kv].values()) for kv in kvs}
-    no_fp8 = all(r != r for r in over["flashinfer-fa3", "fp8-e4m3"].values())
-    verdict(f"on {kernels['gpu']}, bf16 cache: fa3 is slower than fa2 at {sum(r > 1 for r in fa3.values())} of "
-            f"{len(fa3)} shapes, up to {fa3[worst]:.1f}x at {worst[0]}x{worst[1]}, never faster by more than "
-            f"{1 - min(fa3.values()):.0%}{'; on fp8 fa3 has no kernel' * no_fp8}. vLLM's FlashAttention beats fa2 at "
-            f"{wins['bf16']} of {len(fa3)} shapes on bf16 and {wins['fp8-e4m3']} on fp8: notebook 08 weighs that "
-            "end to end.")
+# Step 5's other two hunks make the draft's wrapper ask for FlashInfer's fa2 kernel by name; why, with the kernel
+# benchmark behind it, is in the appendix.
 
 # %% [markdown]
 # ## Step 6: a claim FlashInfer can keep
@@ -169,9 +155,12 @@ show(f"{source}\n\n| engine | target layers | draft layers | CUDA-graph mode | t
      + "\n".join(f"| {label(run)} | {names(r.target_backends)} | {names(r.draft_backends)} | {r.cudagraph_mode} | "
                  + (f"{r.tau:.3f}" if r.tau else "-") + " |" for run, r in records.items()))
 at4, at6 = (records[run] for run in live_runs[1:])
+taus = (f" Tau is {at4.tau:.2f} at step 4 and {at6.tau:.2f} at step 6 (apart by {abs(at6.tau - at4.tau):.2f} tokens per "
+        "verification step): a graph changes how a step runs, not what it drafts, so the two should draft alike."
+        if at4.tau and at6.tau else "")
 verdict(f"step 4's FlashInfer engine resolves {at4.cudagraph_mode}, step 6's {at6.cudagraph_mode}: with step 6 every "
-        "verify batch replays in a FULL graph through a CUDA-graph prefill wrapper. The walkthrough's checks (next "
-        "cell) compare step 6's text with plain decoding's and with step 4's, by the near-tie rule.")
+        f"verify batch replays in a FULL graph through a CUDA-graph prefill wrapper.{taus} The walkthrough's checks "
+        "(next cell) compare step 6's text with plain decoding's and with step 4's, by the near-tie rule.")
 
 # %% [markdown]
 # ### Check
@@ -208,6 +197,37 @@ verdict(f"one CUDA-graph mode per engine, resolved from the weakest claim, asked
         f"step 6's graph prefill wrappers win the FULL graphs back ({hopper[6]['resolved_mode']}), changing "
         f"{len(moved)} of {len(wrappers[6])} batches' wrapper. Upstream {wrappers_claim.agreement.value.removeprefix('upstream ')} "
         f"({wrappers_claim.theirs}). Next, notebook 07: what a draft's metadata build still costs the host.")
+
+# %% [markdown] tags=["appendix"]
+# ## Appendix: step 5, hunks 1 and 2, the kernel for draft blocks
+#
+# PR #43081's non-causal wrapper lets FlashInfer choose (`auto`: its **fa3** kernel on SM 9.0 with a bf16 cache, its
+# **fa2** kernel elsewhere). fa3 has no form for the bf16 queries vLLM keeps on an FP8 cache, and for 16-query
+# blocks fa2 is the faster one. So the draft's wrapper asks for fa2 by name, one constant holding the choice; below
+# it, the evidence pass's kernel benchmark at DFlash shapes (32 query and 8 KV heads of 128, as in Qwen3-4B), each
+# kernel's time over fa2's per batch x context (below the line: faster than fa2):
+
+# %% tags=["appendix", "nbval-ignore-output"]
+from dflash_fi.figures import kernels_over_fa2
+from dflash_fi.figures.style import pyplot
+from dflash_fi.notebook import recorded
+
+show_hunks(5, only=[1, 2], context=0, joined=True)
+kernels = recorded(lambda: S.read().rows(S.Section.BENCH_KERNELS), "the kernel benchmark")
+if kernels:
+    kvs = ("bf16", "fp8-e4m3")
+    _, over = kernels_over_fa2(kernels, {"flashinfer-fa3": "FlashInfer fa3 (auto, bf16)",
+                                         "vllm-flash-attn": "vLLM's FlashAttention (FLASH_ATTN draft)"}, kvs)
+    pyplot().show()
+    fa3, fa = over["flashinfer-fa3", "bf16"], {kv: over["vllm-flash-attn", kv] for kv in kvs}
+    worst, wins = max(fa3, key=fa3.get), {kv: sum(r < 1 for r in fa[kv].values()) for kv in kvs}
+    no_fp8 = all(r != r for r in over["flashinfer-fa3", "fp8-e4m3"].values())
+    verdict(f"on {kernels['gpu']}, bf16 cache: fa3 is slower than fa2 at {sum(r > 1 for r in fa3.values())} of "
+            f"{len(fa3)} shapes, up to {fa3[worst]:.1f}x at {worst[0]}x{worst[1]}, never faster by more than "
+            f"{1 - min(fa3.values()):.0%}{'; on fp8 fa3 has no kernel' * no_fp8}. vLLM's FlashAttention beats fa2 at "
+            f"{wins['bf16']} of {len(fa3)} shapes on bf16 and {wins['fp8-e4m3']} on fp8. So on Hopper a FlashInfer "
+            "draft should be pinned to fa2, never left to `auto`'s fa3; whether it should be FlashInfer at all, "
+            "against FLASH_ATTN, the kernel alone does not settle: notebook 08 weighs it end to end.")
 
 # %% [markdown] tags=["appendix"]
 # ## Appendix: step 6's wrappers in full, and both steps' diffs

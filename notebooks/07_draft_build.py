@@ -62,15 +62,16 @@ show_source(CommonAttentionMetadata.seq_lens_cpu.fget, [(r"def seq_lens_cpu", r"
 #
 # `plan()` only schedules work from the lengths it is given; the kernel reads the page table on the GPU. So step 7
 # plans from the bounds (numpy, on the host) and writes the exact page table on the GPU from the exact `seq_lens`
-# (GPU operations, appendix), pointing `run()` at it. A request's KV is then not split across thread blocks: a bound
-# can add a chunk the exact length lacks. The decision, in `build()`:
+# (GPU operations, appendix), pointing `run()` at it. Step 7 tells `plan()` not to split a request's KV, because a
+# split made from the bound could give a thread block pages the exact length doesn't have. The decision, in `build()`:
 
 # %%
 show_hunks(7, only=[8], context=0)
 
 # %% [markdown]
-# Step 7 also skips a build nobody reads: at every *target* step the runner builds metadata for the draft layers'
-# group too, which reads only the drafter's builds (appendix). Both on the real builders with the CPU lab's wrapper
+# Step 7 also skips the `plan()` of a build nobody reads: at every *target* step the runner builds metadata for the
+# draft layers' group too, which reads only the drafter's builds (appendix); the rest of that build stays (its host
+# time is not recorded apart). Both on the real builders with the CPU lab's wrapper
 # doubles (pretended SM 9.0): a draft batch of four requests, and the runner's target batches for the draft layers:
 
 # %%
@@ -78,7 +79,8 @@ from dflash_fi.lab.host_work import draft_build_reads_gpu_lengths, runner_builds
 
 lengths = {step: draft_build_reads_gpu_lengths(step) for step in (6, 7)}
 runner = {step: runner_builds_for_draft_layers(step) for step in (6, 7)}
-verdict(f"step 6 copies the exact lengths from the GPU ({lengths[6]['copied_from_gpu']}); step 7 plans from the "
+did = lambda copied: "copies" if copied else "does not copy"
+verdict(f"step 6 {did(lengths[6]['copied_from_gpu'])} the exact lengths from the GPU; step 7 plans from the "
         f"bounds {lengths[7]['upper_bounds']} (exact {lengths[7]['exact_seq_lens']}), copies nothing, and its kernel "
         f"reads the exact page table {lengths[7]['kernel_indptr']}, step 6's. Of {len(runner[6])} target batches, "
         f"step 6 plans {sum(r['planned'] for r in runner[6])} for the draft layers, step 7 "
@@ -149,12 +151,13 @@ if kernels:
             f"the faster at {sum(wide)} of {len(wide)} shapes.")
 
 # %% [markdown]
-# ## What each step saves on the host
+# ## Step 7's build against the final step's (steps 8 and 9 together) and FLASH_ATTN's
 #
 # The same kernel benchmark times the draft layers' real builders per requests x context, with a long kernel queued on
 # the GPU before each build (a build that waited would take about that kernel's time): step 7's builder (the
 # baseline: it plans at every step), the final step's (step 9: XQA where the rule takes it, else step 8's kept plan;
-# these rows are at the embedded pair's heads) and the FLASH_ATTN draft's (vLLM's FlashAttention):
+# these rows are at the heads of the course's own small models, the embedded pair, given under the figure) and the
+# FLASH_ATTN draft's (vLLM's FlashAttention). The benchmark times no step-6 build and no step 8 apart from step 9:
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures.draft_build import FLASH_ATTN, STEP7, build_figure
@@ -173,11 +176,14 @@ else:
     step7, fa = STEP7, FLASH_ATTN
     cut = {c: 1 - at[final, *c]["host_ms_busy"] / at[step7, *c]["host_ms_busy"] for c in cells}
     over_fa = {c: at[final, *c]["host_ms_busy"] - at[fa, *c]["host_ms_busy"] for c in cells}
-    verdict(f"step 7's build takes {min(at[step7, *c]['host_ms_busy'] for c in cells):.3f} to "
+    above = [d for d in over_fa.values() if d > 0]
+    verdict(f"on the embedded pair ({builds[0]['num_qo_heads']} query / {builds[0]['num_kv_heads']} KV heads), step "
+            f"7's build takes {min(at[step7, *c]['host_ms_busy'] for c in cells):.3f} to "
             f"{max(at[step7, *c]['host_ms_busy'] for c in cells):.3f} ms with the GPU busy, far below the "
-            f"{builds[0]['busy_ms']:.0f} ms kernel queued before it, which a wait "
-            f"would cost. The final step cuts it by {min(cut.values()):.0%} to {max(cut.values()):.0%}, and is then "
-            f"{min(over_fa.values()):+.3f} to {max(over_fa.values()):+.3f} ms from the FLASH_ATTN draft's build.")
+            f"{builds[0]['busy_ms']:.0f} ms kernel queued before it, which a wait would cost (step 6's build, the one "
+            "that waits, is not in these rows: the GPU cell below times it). The final step cuts step 7's build by "
+            f"{min(cut.values()):.0%} to {max(cut.values()):.0%}, and is above the FLASH_ATTN draft's build at "
+            f"{len(above)} of {len(cells)} shapes" + (f", by up to {max(above):.3f} ms." if above else "."))
 
 # %% [markdown]
 # ## On the GPU

@@ -372,3 +372,31 @@ def test_the_recorded_route_is_checked_against_the_final_steps_rule(tmp_path):
     first["kernel"] = "flashinfer-xqa"
     wrong = read_costs(fresh_summary(tmp_path, data))
     assert not route_agrees(wrong, wrong.shapes[0]) and route_agrees(wrong, wrong.shapes[1])
+
+
+def test_notebook_08_describes_the_benchmarks_engines_as_the_benchmark_runs_them(tmp_path):
+    """Before a pass recorded them, notebook 08 describes the engine benchmark's engines from run ids alone: they are
+    the benchmark's; once recorded, they are read back with what vLLM resolved in each."""
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.figures.cost_engines import planned_engines, planned_table, recorded_engines, resolved_table
+    from dflash_fi.proof.bench.e2e import bench_runs, final_step
+    from dflash_fi.records.engine import EngineRecord
+    from dflash_fi.records.spec import RunSpec
+
+    runs = [r for pair in (P.Pair.EMBEDDED, P.Pair.QWEN3_4B_SHAPE) for r in bench_runs(pair)]
+    assert sorted(map(repr, (r for r, _ in planned_engines(final_step())))) == sorted(map(repr, runs))
+    assert planned_table(final_step()).count("\n") == len(runs) + 1
+    with pytest.raises(NoRecord):
+        recorded_engines(fresh_summary(tmp_path))
+    record = EngineRecord(RunSpec(run=runs[0], target="t", drafter="d"), True, cudagraph_mode="FULL_AND_PIECEWISE")
+    data = {**draft_cost_data(), "engines": [record.to_json()]}
+    engines = recorded_engines(fresh_summary(tmp_path, data))
+    assert [e.run for e in engines] == [runs[0]] and "FULL_AND_PIECEWISE" in resolved_table(engines)
+
+
+def test_notebook_08_names_the_cost_that_remains_or_says_it_is_not_recorded(tmp_path):
+    from dflash_fi.figures.cost_engines import remaining_cost
+    from dflash_fi.figures.costs import read_costs
+
+    assert "not recorded yet" in remaining_cost(None)
+    assert remaining_cost(read_costs(fresh_summary(tmp_path))).startswith(("what the final draft", "no cost"))

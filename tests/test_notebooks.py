@@ -52,8 +52,8 @@ def test_committed_notebook_holds_its_outputs_and_no_log_lines(script):
     code = code_cells(nb)
     assert all(c.execution_count is not None for c in code), "committed without outputs: run `dflash-fi notebooks`"
     first = "".join(o.get("text", "") for o in code[0].outputs)
-    assert "GPU " in first and "commit " in first, \
-        "the first output names the GPU (or its absence), versions and commit"
+    assert "GPU" in first and "evidence:" in first, \
+        "the first output names the GPU (or its absence) and the evidence pass it reads"
     assert not any(o.get("output_type") == "error" for c in code for o in c.outputs)
     vllm_lines = [line for c in code for o in c.outputs for line in o.get("text", "").splitlines()
                   if line.startswith(("INFO ", "WARNING ", "(EngineCore"))]

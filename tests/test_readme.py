@@ -83,3 +83,13 @@ def test_readme_links_what_exists():
     assert len(paths) >= 8
     missing = [p for p in sorted(paths) if "*" not in p and not (README.parent / p).is_file()]
     assert missing == []
+
+
+def test_the_results_page_names_commands_as_typed_and_notebooks_by_their_names_now():
+    """No machine path in a command; the step table sends each step to the notebook of the course map."""
+    from dflash_fi.notebook.steps import NOTEBOOK_OF_STEP
+
+    page = results_page()
+    assert not re.search(r"`/\S+/dflash-fi ", page), "a command shows a machine's path"
+    table = blocks()["step-table"]
+    assert all(f"`notebooks/{NOTEBOOK_OF_STEP[step]}`" in line for step, line in enumerate(table.splitlines()[2:]))

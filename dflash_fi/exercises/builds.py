@@ -146,9 +146,10 @@ def _merged() -> str:
 
 
 def _late_refusal() -> str:
-    return ("build() refused it only after writing the page table. That is how PR #43081 (merged in vLLM "
-            f"{_merged()}) does it, refusing inside _get_prefill_wrapper(); the lesson asks for more: refused before "
-            "build() writes any state, a refused batch leaves the builder's buffers as they were for the next one")
+    return ("build() refused it only after writing the page table. PR #43081 (merged in vLLM "
+            f"{_merged()}) refuses DCP at the top of build() but an NVFP4 cache that late, inside "
+            "_get_prefill_wrapper(); the lesson asks for both before build() writes any state, so a refused batch "
+            "leaves the builder's buffers as they were for the next one")
 
 
 LATE_REFUSAL = "build() refused it only after writing the page table"  # the line's start: what the tests find
@@ -172,8 +173,9 @@ def refused_first(module, nvfp4: bool = False, **lab_kwargs):
             return f"build() went on with it, until {type(exc).__name__}: {textwrap.shorten(str(exc), 60)}"
         ran = ", ".join(type(part).__name__ for part in (md.prefill, md.decode) if part is not None)
         return (f"build() returned metadata for it ({ran or 'no prefill, no decode'}). A refusal inside "
-                f"_get_prefill_wrapper() alone, as PR #43081 (merged in vLLM {_merged()}) has it, is never reached "
-                "by a batch build() sends elsewhere; the lesson refuses at the top of build(), whatever path follows")
+                f"_get_prefill_wrapper() alone (where PR #43081, merged in vLLM {_merged()}, refuses an NVFP4 cache) "
+                "is never reached by a batch build() sends elsewhere; the lesson refuses at the top of build(), "
+                "whatever path follows")
 
 
 # Step 4: no TRTLLM for a non-causal batch.

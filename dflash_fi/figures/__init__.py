@@ -17,7 +17,7 @@ Each picture function returns a matplotlib Figure; notebooks show it inline, `df
 benchmark ones and the draft layer's path as SVG under docs/figures/. listings.py returns HTML and text.
 
 May import: dflash_fi.records, dflash_fi.freshness, dflash_fi.errors, dflash_fi.reference, dflash_fi.vocabulary,
-dflash_fi.lab; never dflash_fi.proof: what a figure needs from a benchmark is data in the evidence summary.
+dflash_fi.lab, dflash_fi.upstream, dflash_fi.steps, dflash_fi.stack; never dflash_fi.proof: what a figure needs from a benchmark is data in the evidence summary.
 """
 
 from dflash_fi.figures.acceptance import acceptance_by_position, tau_by_step
@@ -26,7 +26,7 @@ from dflash_fi.figures.benchmarks import FIGURES_DIR, cost_figure, kernel_times,
 from dflash_fi.figures.path import draft_layer_path
 
 MAY_IMPORT = ("dflash_fi.records", "dflash_fi.freshness", "dflash_fi.errors", "dflash_fi.reference", "dflash_fi.vocabulary",
-              "dflash_fi.lab")
+              "dflash_fi.lab", "dflash_fi.upstream", "dflash_fi.steps", "dflash_fi.stack")
 
 __all__ = ["FIGURES_DIR", "acceptance_by_position", "block_masks", "cost_figure", "draft_layer_path", "kernel_times",
            "kernels_over_fa2", "selector_grid", "tau_by_step", "write_benchmark_figures"]

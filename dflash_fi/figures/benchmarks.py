@@ -101,6 +101,11 @@ def kernels_over_fa2(results: dict, kinds: dict[str, str], kv_dtypes: tuple[str,
         for k, (kernel, name) in enumerate(kinds.items()):
             ax.bar([i + (k - 0.5) * 0.4 for i in range(len(shapes))], [r - 1 for r in over[kernel, kv].values()],
                    bottom=1, width=0.4, label=name)  # from fa2's line: up is slower, down faster
+        missing = [kernel.removeprefix("flashinfer-") for kernel in kinds
+                   if all(r != r for r in over[kernel, kv].values())]  # NaN everywhere: no bars, so say why
+        if missing:
+            ax.text(0.02, 0.92, f"{', '.join(missing)}: no {kv.split('-')[0]} kernel", transform=ax.transAxes,
+                    fontsize=8, va="top")
         ax.axhline(1, color="black", linewidth=2, label="FlashInfer fa2, step 5's draft kernel (= 1)")
         ax.set(yscale="log", title=f"{kv} KV cache", xlabel="batch x context (requests of one 16-query block)")
         ax.set_xticks(range(len(shapes)), [f"{b}x{c}" for b, c in shapes], fontsize=8)

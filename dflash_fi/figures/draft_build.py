@@ -34,8 +34,16 @@ def build_outline():
                       tuple(2 * k + 1 for k, (_, note) in enumerate(lines) if note))
 
 
-def _pick(route) -> str:
-    return "faster" if route.faster else "level" if route.level else "**slower**"
+def _pick(route, context: int) -> str:
+    """'faster', or where the pick is not, by how much and why it counts as level or slower."""
+    if route.faster:
+        return "faster"
+    from dflash_fi.lab.draft_route import TIE_MS, TIE_SHARE
+
+    lost = route.picked_ms - route.other_ms
+    by = f"slower by {lost / route.other_ms:.0%}, {lost:.2g} ms"
+    rule = f"{TIE_MS} ms" if TIE_MS >= TIE_SHARE * route.other_ms else f"{TIE_SHARE:.0%}"
+    return f"level at {context} ({by}: level by the {rule} rule)" if route.level else f"**slower** at {context} ({by})"
 
 
 def route_table(shapes) -> str:
@@ -48,7 +56,7 @@ def route_table(shapes) -> str:
     lines = ["| heads, query / KV | requests | " + " | ".join(f"XQA / fa2 at {c}" for c in contexts)
              + " | the rule takes | its pick is |", "|---|---|" + "---|" * (len(contexts) + 2)]
     for (qo, kv, reqs), at in groups.items():
-        other = ", ".join(f"{_pick(at[c])} at {c}" for c in contexts if _pick(at[c]) != "faster")
+        other = ", ".join(_pick(at[c], c) for c in contexts if not at[c].faster)
         lines.append(f"| {qo} / {kv} | {reqs} | " + " | ".join(f"{at[c].xqa_ms / at[c].fa2_ms:.2f}" for c in contexts)
                      + f" | {'XQA' if at[contexts[0]].route is Prefill.XQA else 'fa2'} | {other or 'faster'} |")
     return "\n".join(lines)

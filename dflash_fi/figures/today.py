@@ -4,6 +4,7 @@
     comparison_table(builds)   step 4 against vLLM 0.24.0: how many builds agree, and each named difference
     places_table()             each place the lesson taught: what changed it from release to release, and why
     place_diffs()              the same places' diffs, folded, one box per release step
+    noncausal_branch()         0.33.0's `_get_backend_priorities`, its `use_non_causal` branch, from the pinned wheel
     priority_table(gpus)       the priority lists of 0.22.1 and 0.33.0 (causal and non-causal), from their own source
     claims_table(claims)       each claim: this project's step against what upstream's code shows, and when
 """
@@ -61,6 +62,34 @@ def place_diffs() -> Listing:
         if shown:
             folded.append(details_block(f"{place.title}: {place.qualname}, diffs", stack(*shown)))
     return stack(*folded)
+
+
+def noncausal_branch() -> Listing:
+    """The lines of vLLM 0.33.0's `_get_backend_priorities` (read from its pinned wheel) where a non-causal layer's
+    list parts from a causal one's: the parameter, the SM 10.x test, and the first entries of both lists, the lines
+    naming `use_non_causal` marked."""
+    import re
+
+    from dflash_fi.figures.listings import code_block
+    from dflash_fi.upstream import CUDA, TODAY, definition
+
+    lines = definition(TODAY, CUDA, "_get_backend_priorities").splitlines()
+    blocks = ((r"^def ", r"^def "), (r"use_non_causal: bool", r"use_non_causal: bool"),
+              (r"# SM100f", r"AttentionBackendEnum\.FLASH_ATTN,$"), (r"^\s+else:$", r"return \[$"),
+              (r"AttentionBackendEnum\.FLASH_ATTN,$", r"AttentionBackendEnum\.FLASHINFER,$"))
+    keep, at = [], 0
+    for first, last in blocks:  # each block searched from the end of the one before
+        start = next(i for i in range(at, len(lines)) if re.search(first, lines[i]))
+        at = next(i for i in range(start, len(lines)) if re.search(last, lines[i])) + 1
+        keep.extend(range(start, at))
+    out = []
+    for previous, i in zip([None, *keep], keep):
+        if previous is not None and i > previous + 1:  # lines left out: '...' at the next line's indent
+            out.append(" " * (len(lines[i]) - len(lines[i].lstrip())) + "...")
+        out.append(lines[i])
+    out.append(" " * (len(out[-1]) - len(out[-1].lstrip())) + "...")
+    marked = tuple(n + 1 for n, line in enumerate(out) if "use_non_causal" in line)
+    return code_block("\n".join(out), f"vLLM {TODAY}'s {CUDA}: _get_backend_priorities, non-MLA layers", marked)
 
 
 def priority_table(gpus) -> str:

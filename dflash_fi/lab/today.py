@@ -31,27 +31,21 @@ class Place:
 
 PLACES = (
     Place("the priority lists", CUDA, "_get_backend_priorities",
-          ("an MLA list for SM 12.x only (not the lesson's)",
-           "#48167: `use_non_causal` is a parameter, and on SM 10.x a non-causal layer gets FLASH_ATTN first; "
-           "also new entries for multimodal prefixes and MLA (not the lesson's)")),
+          ("an MLA list for SM 12.x (not the lesson's)",
+           "#48167: a non-causal layer on SM 10.x gets FLASH_ATTN first")),
     Place("the selector walk", CUDA, "CudaPlatformBase.get_valid_backends",
-          ("each valid backend is kept with its class (`_BackendCandidate`; not the lesson's)",
-           "#48167: the walk hands `use_non_causal` (and head size, multimodal prefix) to the priority list; "
-               "a backend that fails to load with an OSError is skipped like an ImportError")),
+          ("keeps each valid backend's class (not the lesson's)",
+           "#48167: hands `use_non_causal` to the priority list")),
     Place("where use_non_causal comes from", SELECTOR, "get_attn_backend",
           ("a KV-connector flag (not the lesson's)",
-           "per-KV-group backends, more selector flags (not the lesson's); `use_non_causal` still comes from "
-           "`attention_config.use_non_causal`, as in 0.22.1")),
+           "more selector flags (not the lesson's); same source")),
     Place("supports_non_causal", FLASHINFER, "FlashInferBackend.supports_non_causal",
-          ("#43081 (steps 1-4): FlashInfer says it can serve a non-causal layer", "")),
+          ("#43081 (step 1): FlashInfer serves non-causal layers", "")),
     Place("the non-causal wrapper", FLASHINFER, "FlashInferMetadataBuilder._get_prefill_wrapper",
-          ("#43081: a separate non-causal wrapper, refusing DCP and NVFP4 when it is first asked for",
-           "the non-causal wrapper is an attention-sink wrapper for models with sinks on SM 9.0 / 12.x (the XQA GPUs, "
-           "#49718, #50439); the layout is named by a string")),
+          ("#43081 (step 3): a separate non-causal wrapper",
+           "#49718, #50439: an attention-sink wrapper on SM 9.0 / 12.x")),
     Place("get_cudagraph_support", FLASHINFER, "FlashInferMetadataBuilder.get_cudagraph_support",
-          ("", "#48167: no UNIFORM_BATCH for a non-causal config, except on the XQA GPUs (SM 9.0, 12.x: #49718, "
-               "#50439); UNIFORM_BATCH for causal spec decoding below SM 9.0 (FlashInfer's fa2 decode); DCP keeps "
-               "single-token graphs (#50439)")),
+          ("", "#48167: no UNIFORM_BATCH if non-causal; #49718, #50439: except SM 9.0 / 12.x")),
     Place("the draft's CUDA graphs", PROPOSER, "SpecDecodeBaseProposer.initialize_cudagraph_keys", ("", "")),
 )
 

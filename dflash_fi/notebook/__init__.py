@@ -22,4 +22,5 @@ from dflash_fi.records.engine import short_backend  # noqa: F401
 from dflash_fi.records.runs import label  # noqa: F401
 
 MAY_IMPORT = ("dflash_fi.records", "dflash_fi.freshness", "dflash_fi.figures", "dflash_fi.steps", "dflash_fi.lab",
-              "dflash_fi.logs", "dflash_fi.stack", "dflash_fi.errors", "dflash_fi.proof.evidence")
+              "dflash_fi.logs", "dflash_fi.stack", "dflash_fi.errors", "dflash_fi.proof.evidence",
+              "dflash_fi.proof.bench")

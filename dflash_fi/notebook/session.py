@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 from dflash_fi.notebook.cells import check, show, skip, wrapped_lines
 from dflash_fi.notebook.steps import STEPS_OF_NOTEBOOK
-
-LIVE_PROMPTS, LIVE_NEW_TOKENS = 16, 96  # live runs, smaller than the walkthrough's: engine start-up dominates
+from dflash_fi.records.spec import LIVE_NEW_TOKENS, LIVE_PROMPTS  # shared with the live engines
 
 
 @dataclass
@@ -29,6 +28,14 @@ class Session:
         if not self.on_gpu:
             print("no CUDA GPU here: this cell's GPU part is skipped")
         return self.on_gpu
+
+    def kernel_accuracy(self) -> tuple[list[dict], float, str]:
+        """GPU only: FlashInfer's non-causal paged prefill against the reference attention (the GPU tests' check):
+        (a row per KV dtype and backend, the error bound, the rows as a table)."""
+        from dflash_fi.proof.bench.accuracy import ERROR_BOUND, error_table, kernel_errors
+
+        rows = kernel_errors()
+        return rows, ERROR_BOUND, error_table(rows)
 
     def start_live(self, runs: list) -> None:
         """Start the engines of the walkthrough's `runs` now, in the background (`run_live` collects them); nothing
@@ -94,10 +101,18 @@ class Session:
         return ran
 
 
+def _changed(found: list) -> str:
+    """What differs between the pass and the code here, in at most eight words."""
+    if not all(s.recorded for s in found):
+        return "older code: a pass before inputs were hashed"
+    names = sorted({name for s in found for name in s.changed})
+    return "older code: " + ", ".join(names[:5]) + (f" +{len(names) - 5} more" if len(names) > 5 else "") + " changed"
+
+
 def evidence_line(name: str, reads: tuple = ()) -> str:
-    """Which evidence pass this notebook's committed outputs come from, and whether what it ran (its steps, the plugin,
-    the loader, the versions, its own source) and the sections it reads (`reads`: records.summary.Section) are
-    the code here; when not, which inputs changed."""
+    """One short line: which GPU pass this notebook's evidence comes from (its GPU and date) and whether what it ran
+    (this notebook's run: its steps, the plugin, the loader, the versions, its own source; and the sections it
+    `reads`: records.summary.Section) is the code here; when not, which inputs changed."""
     import dflash_fi.records.summary as S
     from dflash_fi.errors import NoRecord
     from dflash_fi.freshness import stale, stale_notebook
@@ -105,44 +120,33 @@ def evidence_line(name: str, reads: tuple = ()) -> str:
     try:
         summary = S.read()
     except NoRecord:
-        return "evidence: no GPU evidence pass committed yet (cells that read it say so)"
-    made = next(summary.entries[k] for k in (S.Section.NOTEBOOKS, S.Section.WALKTHROUGH, *summary.entries)
+        return "evidence: no GPU pass recorded yet (cells that read it say so)"
+    made = next(summary.entries[k] for k in (*reads, S.Section.NOTEBOOKS, *summary.entries)
                 if k in summary.entries).provenance
     ran = summary.notebooks().get(name) if S.Section.NOTEBOOKS in summary.entries else None
     found = [stale_notebook(summary, name, STEPS_OF_NOTEBOOK.get(name, ()))] if ran else []
-    found += stale(summary, tuple(reads))
-
-    def why(s) -> str:
-        return f"{s.notebook or s.section.key} " + (f"ran other {', '.join(s.changed)}" if s.recorded else
-                                                    "recorded no inputs (a pass before they were hashed)")
-
-    notes = ([] if ran else [f"it did not run {name}"]) + [why(s) for s in found if s]
-    return (f"evidence: the pass at commit {(made.commit or '?')[:10]} on {made.gpu}; "
-            + ("NOT the code here: " + "; ".join(notes) if notes else "what it ran is the code here"))
+    found = [s for s in found + stale(summary, tuple(reads)) if s]
+    verdict = _changed(found) if found else "current" if ran or reads else "this notebook not run on it"
+    return f"evidence: {made.gpu or 'GPU'} pass of {made.finished_at[:10]}, {verdict}"
 
 
 def setup(name: str, live: list | None = None, reads: tuple | None = None) -> Session:
-    """The first cell: vLLM's log lines to a file, what this notebook runs on, and its evidence line (judging this
-    notebook and the summary's sections it `reads`: records.summary.Section, by default the walkthrough's when it has
-    `live` runs); on a GPU, the engines of the walkthrough's `live` runs start in the background (the notebook's
-    section "On the GPU" shows and collects them)."""
+    """The first cell: vLLM's log lines to a file, and one line saying what this notebook runs on and its evidence
+    (judging this notebook and the summary's sections it `reads`: records.summary.Section, by default the
+    walkthrough's when it has `live` runs); on a GPU, the engines of the walkthrough's `live` runs start in the
+    background (the notebook's section "On the GPU" shows and collects them)."""
     from dflash_fi.records.summary import Section
     from dflash_fi.logs import quiet_vllm
-    from dflash_fi.stack import cuda_gpu, git_commit, stack_report
+    from dflash_fi.stack import cuda_gpu
 
     quiet_vllm(f"notebook-{name}")
-    report, gpu = stack_report(), cuda_gpu()
-    print(f"notebook {name}: {'GPU ' + gpu.name + ' (SM ' + gpu.sm + ')' if gpu else 'no CUDA GPU (CPU parts only)'}")
-    print(f"vllm {report.vllm}, flashinfer {report.flashinfer}, torch {report.torch}, python {report.python}, "
-          f"commit {git_commit()}")
-    print("vLLM's own log lines go to a file under artifacts/logs/ (dflash-fi's log directory), not into cells")
-    print(evidence_line(name, (Section.WALKTHROUGH,) if reads is None and live else reads or ()))
+    gpu = cuda_gpu()
+    here = f"GPU {gpu.name} (SM {gpu.sm})" if gpu else "no GPU here (its GPU cells skip)"
+    print(f"{here} · {evidence_line(name, (Section.WALKTHROUGH,) if reads is None and live else reads or ())}")
     session = Session(name=name, gpu=gpu)
-    if live:
+    if live and gpu:
         session.start_live(live)
-        print(f"{len(live)} engines for the section 'On the GPU' " + (
-            "started in the background: starting one takes most of a minute" if gpu else
-            "not started: no GPU here, that section uses the evidence summary"))
+        print(f"{len(live)} engines for the section 'On the GPU' started in the background (most of a minute each)")
     return session
 
 

@@ -20,7 +20,7 @@ RESULTS = REPO_ROOT / "docs" / "RESULTS.md"
 
 def step_table() -> str:
     """Markdown: each step, what it changes (its name), its hunks, module, notebook and tests."""
-    from dflash_fi.notebook import NOTEBOOK_OF_STEP
+    from dflash_fi.steps.course import NOTEBOOK_OF_STEP
     from dflash_fi.steps import STEP_MODULES, STEPS, step_module, step_name
 
     lines = ["| step | what changes | hunks | module, diff | notebook | tests |", "|---|---|---|---|---|---|"]
@@ -39,7 +39,7 @@ def notebook_list() -> str:
     import dflash_fi.records.summary as S
     from dflash_fi.errors import BadInput
     from dflash_fi.freshness import stale_notebook
-    from dflash_fi.notebook import STEPS_OF_NOTEBOOK
+    from dflash_fi.steps.course import STEPS_OF_NOTEBOOK
 
     summary = _summary()
     runs = summary.notebooks() if summary and S.Section.NOTEBOOKS in summary.entries else {}
@@ -74,13 +74,28 @@ def _summary():
         return None
 
 
+def _command(summary, section) -> str:
+    """The section's command as a reader types it (no machine path); the notebooks' names the current map's: a
+    notebook the pass ran under an older number is found by its name (the part after the number)."""
+    import dflash_fi.records.summary as S
+
+    command = section.command if section is S.Section.NOTEBOOKS else summary.entry(section).provenance.command or ""
+    command = " ".join([Path(command.split(" ", 1)[0]).name, *command.split(" ")[1:]]).strip()
+    if section is not S.Section.NOTEBOOKS:
+        return f"`{command}`"
+    now = {path.stem.split("_", 1)[1]: path.stem for path in (REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py")}
+    renamed = [f"{old} as `{now[old.split('_', 1)[1]]}`" for old in summary.notebooks()
+               if old.split("_", 1)[1] in now and now[old.split("_", 1)[1]] != old]
+    return f"`{command}`" + (f" (under older numbers: {', '.join(renamed)})" if renamed else "")
+
+
 def _sections(summary) -> str:
     """One line per section: what ran, where, when, how long; and whether what it ran is the code here."""
     import dflash_fi.records.summary as S
     from dflash_fi.freshness import stale
 
     found = {s.section: s for s in stale(summary)}
-    return "\n".join(f"- {s.key}: `{e.provenance.command}` on {S.describe(e.provenance)}"
+    return "\n".join(f"- {s.key}: {_command(summary, s)} on {S.describe(e.provenance)}"
                      + (f" (**stale**: {', '.join(found[s].changed)} changed since)" if s in found and found[s].recorded
                         else " (**stale**: what it ran was not recorded)" if s in found else "")
                      for s, e in summary.entries.items())
@@ -120,20 +135,23 @@ def verdict() -> str:
                      f"({counts[CheckVerdict.FAIL]} fail, {counts[CheckVerdict.NOT_RUN]} not run); {len(records)} "
                      f"engines on {made.gpu}, commit {(made.commit or '?')[:10]}.")
         if race := plan_race_line(checks):
-            lines.append(race)
+            lines[-1] += " " + race.removeprefix("- ")
     if S.Section.BENCH_E2E in summary.entries:
         found = stored_targets(summary)
         counts = {v: sum(t.verdict is v for t in found) for v in Outcome}
         lines.append("- The performance targets (engines in turns, 95% intervals): "
                      + ", ".join(f"{counts[v]} {v.value}" for v in Outcome if counts[v]) + f" of {len(found)}.")
+    ran = []
     if S.Section.GPU_TESTS in summary.entries:
         counts = summary.entry(S.Section.GPU_TESTS).data["counts"]
-        lines.append("- `pytest tests/gpu` on the GPU: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n) + ".")
+        ran.append("`pytest tests/gpu` on the GPU: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n))
     if S.Section.NOTEBOOKS in summary.entries:
-        ran = summary.notebooks().values()
-        lines.append(f"- The notebooks, executed on the GPU: {sum(n.status is S.NotebookStatus.RAN for n in ran)} of "
-                     f"{len(ran)} ran "
-                     "to the end.")
+        here = [p.stem for p in sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.py"))]
+        runs = summary.notebooks()
+        done = sum(n in runs and runs[n].status is S.NotebookStatus.RAN for n in here)
+        ran.append(f"the notebooks here, executed on the GPU: {done} of {len(here)} ran to the end")
+    if ran:
+        lines.append("- " + "; ".join(ran) + ".")
     lines.append(f"- Every table behind these lines: [`docs/RESULTS.md`](docs/RESULTS.md), generated from "
                  f"[`evidence/{summary.path.name}`](evidence/{summary.path.name}).")
     return "\n".join(lines)

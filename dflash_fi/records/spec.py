@@ -18,6 +18,7 @@ DEFAULT_DRAFTER = MODELS_DIR / "drafter"
 DEFAULT_PROMPTS = MODELS_DIR / "prompts.json"
 # What the walkthrough and a single run decode by default: held-out prompts x new tokens each.
 DEFAULT_NUM_PROMPTS, DEFAULT_NEW_TOKENS = 32, 128
+LIVE_PROMPTS, LIVE_NEW_TOKENS = 16, 96  # a notebook's live runs, smaller than the walkthrough's: engine start-up dominates
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@
 A step module holds only its hunks: text replacements in vLLM's own `flashinfer.py`, read from the
 installed wheel. `backend_module(n)` is the module whose `FlashInferBackend` vLLM uses at step n;
 `hunk_diff(n)` is the unified diff from step n-1 to step n, committed as docs/steps/stepN.diff for readers without
-vLLM (`python -m dflash_fi.steps.diffs` rewrites them).
+vLLM (`python -m dflash_fi.steps.diffs` rewrites them). `course.py` says which notebook teaches which step.
 
 May import: dflash_fi.errors, dflash_fi.stack (for the installed version in an error message).
 """

@@ -127,8 +127,10 @@ PARTED_CONFIDENTLY = ((1, 2, 3), (4, 5, 9))  # request 1 parts at position 2: a 
     (S(4), ok(S(4), 4.0, async_scheduling=False), by_id(K.NO_HARMFUL_REPLAN, S(4))),
     (S(4), ok(S(4), 4.0, mixed=output(tau=4.0, plans=None)), by_id(K.NO_HARMFUL_REPLAN, S(4))),
     (S(4), ok(S(4), 4.0, mixed=output(tau=4.0, plans=XQA_PLANS)), by_id(K.NO_HARMFUL_REPLAN, S(4))),  # saw no plan
-    (G(FINAL), ok(G(FINAL), 4.0, graphs="FULL_AND_PIECEWISE", mixed=output(tau=4.0, plans=CALM_PLANS)),
-     by_id(K.NO_HARMFUL_REPLAN, G(FINAL))),  # the XQA draft planned
+    # (the final step's draft may plan or not: its route rule sends small batches to the kept-plan fa2 wrapper)
+    (G(FINAL), ok(G(FINAL), 4.0, graphs="FULL_AND_PIECEWISE",
+                  mixed=output(tau=4.0, plans=(PlanWatch(Role.DRAFT, 40, 3, 1),))),
+     by_id(K.NO_HARMFUL_REPLAN, G(FINAL))),
     (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9), by_id(K.ON_FLASHINFER_STILL_NON_CAUSAL, P.RTX4090_STEP4)),  # its target is not on FlashInfer
     (P.final_rtx4090(), ok(P.final_rtx4090(), 3.3, target=(FLASHINFER,)), by_id(K.ON_FLASHINFER_STILL_NON_CAUSAL, P.final_rtx4090())),
     (P.RTX4090_STEP4, ok(P.RTX4090_STEP4, 3.9, tokens=PARTED_CONFIDENTLY, target=(FLASHINFER,)),

@@ -51,3 +51,21 @@ def test_the_claims_table_has_one_row_per_claim_each_with_its_verdict_and_releas
     rows = claims_table(upstream.CLAIMS).splitlines()[2:]
     assert len(rows) == len(upstream.CLAIMS)
     assert all(c.agreement.value in row and c.when() in row for c, row in zip(upstream.CLAIMS, rows))
+
+
+def test_step_5s_graph_claim_differs_from_upstream_on_the_xqa_gpus_and_says_so():
+    graphs = upstream.claim("noncausal_graph_claim")
+    assert graphs.agreement is upstream.Agreement.OTHERWISE and "SM 9.0" in graphs.theirs
+
+
+def test_each_places_reason_is_short_enough_for_a_table_cell():
+    assert all(len(why.split()) <= 12 for place in today.PLACES for why in place.why)
+
+
+def test_the_non_causal_branch_shown_is_0_33_0s_own_lines(upstream_wheels):
+    from dflash_fi.figures.today import noncausal_branch
+
+    text = noncausal_branch().text.splitlines()
+    own = upstream.definition(TODAY, upstream.CUDA, "_get_backend_priorities").splitlines()
+    assert all(line in own for line in text[1:] if line.strip() != "...")
+    assert any("not use_non_causal" in line for line in text)

@@ -13,4 +13,4 @@ the lesson's notebook facade, the engine-call picture and the plugin's variable.
 
 MAY_IMPORT = ("dflash_fi.proof.engine", "dflash_fi.lab", "dflash_fi.reference", "dflash_fi.models", "dflash_fi.steps",
               "dflash_fi.logs", "dflash_fi.stack", "dflash_fi.vocabulary", "dflash_fi.errors",
-              "dflash_fi.records", "dflash_fi.freshness", "dflash_fi.notebook", "dflash_fi.figures", "dflash_fi.plugin")
+              "dflash_fi.records", "dflash_fi.freshness", "dflash_fi.figures", "dflash_fi.plugin")

@@ -144,7 +144,7 @@ def _both(*judged: Judged) -> Judged:
 
 
 def _identity_checks() -> list[CheckSpec]:
-    return [CheckSpec(K.SAME_OUTPUT, f"{label(run)}: output identical to {label(baseline)!r} (near-tie rule)",
+    return [CheckSpec(K.SAME_OUTPUT, f"{label(run)}: output equal to {label(baseline)!r} up to near-ties",
                       (run, baseline), lambda r, ctx: _identical(r[0], r[1], ctx))
             for run, baselines in P.baselines().items() for baseline in baselines]
 
@@ -154,7 +154,7 @@ def _mixed_checks() -> list[CheckSpec]:
     for run in P.mixed_rows():
         for baseline in P.baselines()[run]:
             out.append(CheckSpec(K.MIXED_SAME_OUTPUT,
-                                 f"{label(run)}, mixed batches: output identical to {label(baseline)!r} (near-tie rule)",
+                                 f"{label(run)}, mixed batches: output equal to {label(baseline)!r} up to near-ties",
                                  (run, baseline), lambda r, ctx: _identical(r[0], r[1], ctx, Workload.MIXED),
                                  (Workload.MIXED,)))
         # A FlashInfer target changes the target's own output, so its tau is measured on other text.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from dflash_fi.notebook.session import LIVE_NEW_TOKENS, LIVE_PROMPTS
+from dflash_fi.records.spec import LIVE_NEW_TOKENS, LIVE_PROMPTS
 
 
 def start(name: str, runs: list) -> Future:

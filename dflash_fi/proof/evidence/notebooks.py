@@ -27,7 +27,7 @@ def execute_notebooks(only: list[str] | None = None, timeout: int = 900, allow_c
     import dflash_fi.records.summary as S
     from dflash_fi.errors import BadInput
     from dflash_fi.freshness import notebook_inputs, provenance
-    from dflash_fi.notebook import STEPS_OF_NOTEBOOK
+    from dflash_fi.steps.course import STEPS_OF_NOTEBOOK
     from dflash_fi.stack import cuda_gpu, require_gpu, run_context
 
     try:
