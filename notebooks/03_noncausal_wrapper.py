@@ -60,7 +60,8 @@ show_source(FlashInferMetadataBuilder._get_prefill_wrapper, [(r"if self\._prefil
 # 1. the builder owns a second wrapper, for non-causal batches only;
 # 2. `_get_prefill_wrapper(causal=False)` creates it on first use and returns it (`backend="auto"` leaves the
 #    kernel to FlashInfer; step 5 revisits that);
-# 3. `build()` refuses, before anything else, what has no non-causal path (DCP, an NVFP4 cache: below);
+# 3. `build()` refuses, before anything else, what has no non-causal path (DCP, an NVFP4 cache: below); #43081
+#    refuses NVFP4 later, inside `_get_prefill_wrapper()` (the appendix compares the two);
 # 4. and 5. the prefill branch of `build()` asks for the wrapper of the batch's causality, and tells `plan()` it,
 #    where stock says `causal=True` whatever the batch;
 # 6. stock `forward` asserted every prefill wrapper planned causal; it now compares the wrapper's planned
