@@ -1,13 +1,13 @@
 """Pictures of how much of the drafts the target accepts (notebooks 02-04): per draft position, and tau per run.
 
-The runs are the committed walkthrough records (`dflash_fi.evidence.report.recorded_walkthrough`); the
+The runs are the committed walkthrough records (`dflash_fi.proof.evidence.report.recorded_walkthrough`); the
 reference is the reference decoder's result dict (`tau_noncausal`, `tau_causal`, `per_position_acceptance`).
 """
 
 from __future__ import annotations
 
-from dflash_fi.engine.identity import RunId, label
-from dflash_fi.engine.records import EngineRecord
+from dflash_fi.records.runs import RunId, label
+from dflash_fi.records.engine import EngineRecord
 from dflash_fi.figures.style import (COINCIDE_BELOW, COLORS, figure_legend, nearest_earlier, pyplot, series_styles,
                                      short_run_label)
 
@@ -45,7 +45,7 @@ def acceptance_by_position(records: dict[RunId, EngineRecord], runs: list[RunId]
     from matplotlib.lines import Line2D
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4.6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 3.9), layout="constrained")
     series = {label(run): list(_per_position(records.get(run))) for run in runs if _per_position(records.get(run))}
     by_name = {label(run): run for run in runs}
     curves = {name: (reference["per_position_acceptance"][key], color)
