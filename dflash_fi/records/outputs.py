@@ -108,6 +108,8 @@ class DraftAttention:
     p10_ms: float | None = None
     p90_ms: float | None = None
     routes: tuple[DraftRoute, ...] = ()
+    over_lead: int = 0  # layer calls whose host work outlasted the GPU sleep before them: events may hold host time
+    host_us_max: float | None = None
 
     @classmethod
     def of(cls, snapshot: dict) -> "DraftAttention":
@@ -115,7 +117,8 @@ class DraftAttention:
         q = statistics.quantiles(ms, n=10) if len(ms) > 1 else [ms[0]] * 9 if ms else [None] * 9
         return cls(snapshot["layers"], len(ms), round(statistics.median(ms), 5) if ms else None,
                    round(statistics.fmean(ms), 5) if ms else None, q[0] and round(q[0], 5), q[-1] and round(q[-1], 5),
-                   tuple(DraftRoute(**r) for r in snapshot["routes"]))
+                   tuple(DraftRoute(**r) for r in snapshot["routes"]), snapshot.get("over_lead", 0),
+                   snapshot.get("host_us_max"))
 
     @classmethod
     def from_json(cls, data: dict) -> "DraftAttention":

@@ -4,6 +4,7 @@ build target, the gains), the summary's data and its reader, the kernel verdicts
 draft's route and time its layers (CUDA events stood in for). The times themselves exist only on a GPU."""
 
 import json
+import time
 from types import SimpleNamespace as NS
 
 import pytest
@@ -70,7 +71,8 @@ def test_the_rtx4090_gain_is_over_no_speculation_per_batch(turns):
         assert g.final_gain.value == pytest.approx(2.1) and g.step4_gain.value == pytest.approx(2.0)
         assert g.final_over_step4.value == pytest.approx(1.05) and g.no_speculation == pytest.approx(100 * g.batch)
         assert g.tau_step4 == pytest.approx(2.0)  # the double accepts 10 of 10 drafts: 1 + 10/10
-        assert g.draft_kernel_step4 == g.draft_kernel_final == "dflash-fi-final"  # routes recorded, nothing timed
+        # routes recorded, nothing timed: the PR's draft on FlashInfer's own fa2 wrapper, the final one with its plan kept
+        assert (g.draft_kernel_step4, g.draft_kernel_final) == ("flashinfer-fa2", "dflash-fi-final")
     assert "| 8 | 800 | 1600 (2.00) | 1680 (2.00) | 2.00x [2.00x, 2.00x] |" in R.gain_table(gains)
 
 
@@ -182,9 +184,18 @@ def test_the_draft_layers_are_timed_per_forward_and_not_while_a_graph_is_capture
     layers["d0"].impl.forward("q")  # a forward cut short: not counted
     got = draft_timing.snapshot(runner, torch)
     assert calls == ["d0", "d1"] * 3 + ["d0"] and synced == [1]
-    assert got == {"layers": 2, "forwards_ms": [2.0, 2.0, 2.0],
+    host_us = got.pop("host_us_max")  # the host's time per layer call, from queueing the sleep to the end event
+    assert got == {"layers": 2, "forwards_ms": [2.0, 2.0, 2.0], "over_lead": 0,
                    "routes": [{"metadata": "XQADraft", "wrapper_backend": None, "builds": 3}]}
-    assert draft_timing.snapshot(runner, torch) == {"layers": 2, "forwards_ms": [], "routes": []}  # reset
+    assert 0 < host_us < draft_timing.LEAD_US
+    assert draft_timing.snapshot(runner, torch) == {"layers": 2, "forwards_ms": [], "routes": [], "host_us_max": None,
+                                                   "over_lead": 0}  # reset
+    slow = NS(drafter=runner.drafter, vllm_config=NS(compilation_config=NS(static_forward_context={
+        n: NS(impl=NS(forward=lambda *a, **k: time.sleep(2 * draft_timing.LEAD_US / 1e6))) for n in ("d0", "d1")})))
+    draft_timing.install(slow, torch)
+    for name in ("d0", "d1"):
+        slow.vllm_config.compilation_config.static_forward_context[name].impl.forward()
+    assert draft_timing.snapshot(slow, torch)["over_lead"] == 2  # host work past the lead: counted, not hidden
     capturing, _ = fake_torch(capturing=True)
     runner2 = NS(drafter=runner.drafter, vllm_config=NS(compilation_config=NS(static_forward_context={
         n: NS(impl=NS(forward=lambda *a, **k: "out")) for n in ("d0", "d1")})))

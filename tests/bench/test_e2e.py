@@ -60,7 +60,8 @@ def test_engines_take_turns_idle_ones_are_stopped_and_a_failed_start_is_recorded
     assert records[broken].ok is False and records[broken].failure.phase is Phase.PROCESS
     assert len([line for line in lines if line.strip().startswith("round")]) == 12  # 2 engines x 2 batches x 3 rounds
     busy_neighbour = {r.index: r.others_cpu_s for r in records[b].rounds}  # a spins while b works
-    assert busy_neighbour[1] > 0.1 and busy_neighbour[2] < 0.05 and busy_neighbour[3] < 0.05
+    # a shares b's vCPU: under load it gets a part of b's turns only, so the bound is low; a stopped one takes none
+    assert busy_neighbour[1] > 0.03 > max(busy_neighbour[2], busy_neighbour[3])
     turn_cpus = [x.cpu for run in (a, b) for r in records[run].rounds for x in r.batches]
     assert len(turn_cpus) == 12 and all(c.cpu in os.sched_getaffinity(0) for c in turn_cpus)
     on = {(run, r.index, x.batch): x.cpu.cpu for run in (a, b) for r in records[run].rounds for x in r.batches}

@@ -7,7 +7,8 @@ import json
 import pytest
 import torch
 
-from dflash_fi.proof.bench.builds import WHAT, Builder, build_row, builder_names, builders, count_plans, draft_builders
+from dflash_fi.proof.bench.builds import (WHAT, Builder, build_row, builder_names, builders, count_plans,
+                                         draft_builders, timed_names)
 from dflash_fi.proof.bench.kernels import KERNELS, format_row, max_abs_err
 from dflash_fi.proof.bench.results import (build_rows, build_summary, final_draft_kernel, kernel_pivot,
                                            kernel_pivot_table, kernel_ratios, kernel_rows, kernel_summary)
@@ -32,7 +33,7 @@ def test_an_output_the_kernel_did_not_write_is_reported_not_crashed_on():
 
 def test_host_build_rows_sit_beside_the_kernel_rows_without_disturbing_their_readers():
     kernels = [kernel_row(k) for k in KERNELS]
-    names = list(builder_names())
+    names = list(timed_names())  # step 6's row too: a column of the table, left out of the comparison
     builds = [build_row(name, kv, 4, 512, (32, 8), 0.5 + i, 0.6 + i, builds=106, plans=0)
               for i, name in enumerate(names) for kv in ("auto", "fp8")]
     results = {"rows": kernels, "build_rows": builds}
@@ -41,9 +42,10 @@ def test_host_build_rows_sit_beside_the_kernel_rows_without_disturbing_their_rea
     assert summary.count("\n") == 1 + 2 and "0.500 / 0.600" in summary and "2.500 / 2.600" in summary
     assert summary.splitlines()[-1].endswith("| -1.000 ms, yes |")  # final 1.6 ms busy against FLASH_ATTN's 2.6
     assert "| step 7 FLASHINFER draft, ms idle / busy | step" in summary  # the builder's label from its data
+    assert "| step 6 FLASHINFER draft, ms idle / busy | final" in summary
     slow = [{**r, "host_ms_busy": 9.0} if r["kernel"] == names[1] else r for r in builds]
     assert build_summary({"rows": [], "build_rows": slow}).splitlines()[-1].endswith("| +6.400 ms, **no** |")
-    assert [Builder(**r["builder"]) for r in builds[::2]] == list(builders())
+    assert [Builder(**r["builder"]) for r in builds[::2]] == [*builders(), Builder(6, "FLASHINFER")]
     # a file from before `build_rows` kept them among the kernel rows, told by `what`: still read, and left out
     legacy = {"rows": kernels + [{**{k: v for k, v in r.items() if k != "builder"}, "what": WHAT} for r in builds]}
     assert kernel_rows(legacy) == kernels and kernel_summary(legacy) == kernel_summary({"rows": kernels})
@@ -116,7 +118,7 @@ def test_the_builders_timed_are_the_real_ones_and_plan_as_their_steps_say():
     assert [c.seq_lens.tolist()[0] for c in cads] == [2048 + 16 * (k + 1) for k in range(6)]
     assert all((c.seq_lens_cpu_upper_bound >= c.seq_lens).all() and c._seq_lens_cpu is None for c in cads)
     with draft_builders("auto", on_gpu=False) as (builders, heads):
-        planned = {}
+        planned, copied = {}, {}
         for name, (builder, config) in builders.items():
             with set_current_vllm_config(config):
                 builder.build_for_drafting(cads[0], 0)
@@ -124,12 +126,14 @@ def test_the_builders_timed_are_the_real_ones_and_plan_as_their_steps_say():
                 for cad in cads[1:]:
                     builder.build_for_drafting(cad, 0)
             planned[name] = len(calls)
-        assert heads == (4, 2) and all(c._seq_lens_cpu is None for c in cads)
-    step7, final, flash_attn = builder_names()
+            copied[name] = all(c._seq_lens_cpu is not None for c in cads)  # read the lengths from the GPU
+        assert heads == (4, 2)
+    step7, final, flash_attn, step6 = timed_names()  # step 6 last: the lengths it copies, the others never find
     flash_attn_builder = type(builders[flash_attn][0])
     assert (flash_attn_builder.__module__, flash_attn_builder.__name__) == (
         "vllm.v1.attention.backends.flash_attn", "FlashAttentionMetadataBuilder")
-    assert planned == {step7: 5, final: 0, flash_attn: 0}  # step 7 plans every step; the final step only the first
+    assert planned == {step7: 5, final: 0, flash_attn: 0, step6: 5}  # 6 and 7 plan every step; the final only the first
+    assert copied == {step7: False, final: False, flash_attn: False, step6: True}
 
 
 @pytest.mark.step8
@@ -149,10 +153,13 @@ def test_measure_builds_runs_end_to_end_with_the_gpu_calls_stubbed(monkeypatch):
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None)
     monkeypatch.setattr(timing, "_busy_cycles_per_ms", lambda: 1e6)
     rows = builds.measure_builds("fp8", [1, 3], [512], print_fn=lambda line: None)
-    step7, final, flash_attn = builder_names()
-    assert [(r["kernel"], r["batch"]) for r in rows] == [(n, b) for b in (1, 3) for n in (step7, final, flash_attn)]
+    step7, final, flash_attn, step6 = timed_names()
+    order = (step7, final, flash_attn, step6)
+    assert [(r["kernel"], r["batch"]) for r in rows] == [(n, b) for b in (1, 3) for n in order]
     builds_after_first = 2 * (3 + 4)
-    assert {r["kernel"]: r["plans"] for r in rows} == {step7: builds_after_first, final: 0, flash_attn: 0}
+    assert {r["kernel"]: r["plans"] for r in rows} == {step7: builds_after_first, final: 0, flash_attn: 0,
+                                                       step6: builds_after_first}
+    assert {r["builder"]["step"] for r in rows if r["kernel"] == step6} == {6}
     assert all(r["builds"] == builds_after_first and r["kv_dtype"] == "fp8-e4m3" for r in rows)
 
 

@@ -127,7 +127,7 @@ def test_the_draft_builds_route_is_counted_and_the_runners_builds_are_not():
     for prefill in (XQADraft(), XQADraft(), FIPrefill()):
         drafter.build_for_drafting(NS(num_actual_tokens=16, prefill=prefill), 0)
     got = draft_timing.snapshot(worker.model_runner, torch=None)  # no events installed: nothing to synchronize
-    assert got == {"layers": 0, "forwards_ms": [], "routes": [
+    assert got == {"layers": 0, "forwards_ms": [], "host_us_max": None, "over_lead": 0, "routes": [
         {"metadata": "XQADraft", "wrapper_backend": None, "builds": 2},
         {"metadata": "FIPrefill", "wrapper_backend": "fa2", "builds": 1}]}
     assert draft_timing.snapshot(worker.model_runner, torch=None)["routes"] == []  # read once, then reset

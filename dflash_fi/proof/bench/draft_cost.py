@@ -191,9 +191,19 @@ def section_data(turns: Turns, kernel_rows=(), rounds: int | None = None) -> dic
               "build_ceiling_ms": BUILD_CEILING_MS, "kernel_tolerance": KERNEL_TOLERANCE, "kernel_context": KERNEL_CONTEXT,
               "new_tokens": {Pair.EMBEDDED.value: e2e.NEW_TOKENS, Pair.QWEN3_4B_SHAPE.value: e2e.SHAPE_NEW_TOKENS},
               "batch1_prompts": {Pair.EMBEDDED.value: e2e.BATCH1_PROMPTS,
-                                 Pair.QWEN3_4B_SHAPE.value: e2e.SHAPE_BATCH1_PROMPTS}}
+                                 Pair.QWEN3_4B_SHAPE.value: e2e.SHAPE_BATCH1_PROMPTS},
+              **lead_check(turns)}
     return {"draft_cost": [c.to_json() for c in draft_costs(turns, kernel_rows)],
             "rtx4090": [g.to_json() for g in path_gains(turns)], "method": method}
+
+
+def lead_check(turns: Turns) -> dict:
+    """How many draft layers' attention calls were timed in the measured rounds, and at how many the host's work
+    outlasted the GPU sleep queued before the start event (`draft_timing.LEAD_US`: those events may hold host time)."""
+    timed = [g.draft_attention for pair in turns.pairs() for run in turns.runs(pair) for batch in turns.batches(pair)
+             for b in turns.measured(run, batch).values() for g in b.generates if g.draft_attention]
+    return {"layer_calls_timed": sum(a.forwards * a.layers for a in timed),
+            "layer_calls_over_lead": sum(a.over_lead for a in timed)}
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,15 @@ ROUTE_KERNELS = {("XQADraft", None): "flashinfer-xqa", ("FIPrefill", "fa2"): "df
                  ("FIPrefill", "fa3"): "flashinfer-fa3", ("FlashAttentionMetadata", None): "vllm-flash-attn"}
 
 
-def kernel_of(b: BatchRun) -> str | None:
+def kernel_of(b: BatchRun, final: bool = True) -> str | None:
     """The kernel-bench name of what most of the turn's draft builds made (None: not recorded, or a route this table
-    does not know)."""
+    does not know); `final` False: an earlier step's draft, whose fa2 wrapper is FlashInfer's own, no plan kept."""
     counts: dict = {}
     for g in b.generates:
         for r in g.draft_attention.routes if g.draft_attention else ():
             counts[(r.metadata, r.wrapper_backend)] = counts.get((r.metadata, r.wrapper_backend), 0) + r.builds
-    return ROUTE_KERNELS.get(max(counts, key=counts.get)) if counts else None
+    kernel = ROUTE_KERNELS.get(max(counts, key=counts.get)) if counts else None
+    return "flashinfer-fa2" if kernel == "dflash-fi-final" and not final else kernel
 
 
 def most_common(kernels: list[str | None]) -> str | None:

@@ -63,7 +63,7 @@ def path_gains(turns: Turns) -> list[PathGain]:
         return []
 
     def kernel(run: RunId, batch: int) -> str | None:
-        return most_common([kernel_of(b) for b in turns.measured(run, batch).values()])
+        return most_common([kernel_of(b, final=run == final) for b in turns.measured(run, batch).values()])
     return [PathGain(batch, *(_median(turns, r, batch, tokens_per_s) for r in (plain, step4, final)),
                      _ratio(turns, step4, plain, batch), _ratio(turns, final, plain, batch),
                      _ratio(turns, final, step4, batch), _median(turns, step4, batch, _tau),

@@ -7,11 +7,15 @@ calls the layer's `impl.forward` eagerly between the captured pieces. So a CUDA 
 layer's `impl.forward` is recorded on the stream in graph mode too. An event pair spans what the stream did between
 them: the attention kernels, and any wait for the host to launch them. So that it spans the kernels only, a short GPU
 sleep (`LEAD_US`) is queued before the start event: the stream is then behind the host, and the forward's host work
-(its Python, FlashInfer's `run()`) is done before the stream reaches the start event. Events are read after a
+(its Python, FlashInfer's `run()`) is done before the stream reaches the start event. That holds where the host
+takes less than `LEAD_US` from queueing the sleep to recording the end event: each forward's host time is measured,
+and the forwards over the lead are counted (their events may hold host time too). Events are read after a
 synchronize, at the end of a generate.
 """
 
 from __future__ import annotations
+
+import time
 
 DRAFT_ROLE = "draft step"  # instruments' key for the drafter's builders
 LEAD_US = 100  # longer than a draft layer's host work before its kernel, so the events bracket the kernel alone
@@ -49,20 +53,23 @@ def install(runner, torch, lead: int = 0) -> None:
     """Wrap each draft layer's `impl.forward` in a pair of timing events (not while a graph is being captured),
     `lead` cycles of GPU sleep queued before each start event."""
     names = sorted(getattr(getattr(runner, "drafter", None), "_draft_attn_layer_names", None) or ())
-    runner._draft_events, runner._draft_layers = [], len(names)
+    runner._draft_events, runner._draft_layers, runner._draft_host_us = [], len(names), []
     context = runner.vllm_config.compilation_config.static_forward_context
     for name in names:
         impl = context[name].impl
 
-        def timed_forward(*args, _forward=impl.forward, _events=runner._draft_events, **kwargs):
+        def timed_forward(*args, _forward=impl.forward, _events=runner._draft_events, _host=runner._draft_host_us,
+                          **kwargs):
             if torch.cuda.is_current_stream_capturing():
                 return _forward(*args, **kwargs)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            queued = time.perf_counter()
             if lead:
                 torch.cuda._sleep(lead)
             start.record()
             out = _forward(*args, **kwargs)
             end.record()
+            _host.append((time.perf_counter() - queued) * 1e6)
             _events.append((start, end))
             return out
         impl.forward = timed_forward
@@ -85,9 +92,11 @@ def snapshot(runner, torch) -> dict:
     events, routes = getattr(runner, "_draft_events", []), getattr(runner, "_draft_routes", {})
     if events:
         torch.cuda.synchronize()
-    layers = getattr(runner, "_draft_layers", 0)
+    layers, host = getattr(runner, "_draft_layers", 0), getattr(runner, "_draft_host_us", [])
     out = {"layers": layers, "forwards_ms": per_forward([start.elapsed_time(end) for start, end in events], layers),
-           "routes": [{"metadata": k[0], "wrapper_backend": k[1], "builds": n} for k, n in routes.items()]}
+           "routes": [{"metadata": k[0], "wrapper_backend": k[1], "builds": n} for k, n in routes.items()],
+           "host_us_max": round(max(host), 1) if host else None, "over_lead": sum(h > LEAD_US for h in host)}
     events.clear()
     routes.clear()
+    host.clear()
     return out
