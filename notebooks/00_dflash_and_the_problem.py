@@ -25,10 +25,10 @@
 # where upstream went next. Here: the model pair, the words, the problem, and the map of the steps.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import setup
-from dflash_fi.notebook import check, show, verdict
+import dflash_fi.records.summary as summary
+from dflash_fi.notebook import check, setup, show, verdict
 
-session = setup("00_dflash_and_the_problem")
+session = setup("00_dflash_and_the_problem", reads=(summary.Section.WALKTHROUGH,))  # its reference, cited below
 
 # %% [markdown]
 # ## The model pair, and non-causal block attention
@@ -85,7 +85,6 @@ verdict(f"{len(terms)} words; the rows on " + ", ".join(
 # decoder does this in plain PyTorch (fp32): what vLLM must show when a backend is right, and when it is not.
 
 # %% tags=["nbval-ignore-output"]
-import dflash_fi.records.summary as summary
 from dflash_fi.models import load_prompts
 from dflash_fi.notebook import LIVE_NEW_TOKENS, LIVE_PROMPTS
 from dflash_fi.reference.evaluate import evaluate_pair
@@ -145,6 +144,9 @@ verdict(f"PR #43081 is {sum(course.hunks[s] for s in PR)} hunks, steps {PR[0]}-{
         f"the last measures what the final draft costs. Notebooks {', '.join(course.live)} run small vLLM engines "
         "live on a GPU (without one they show the committed evidence).")
 
+# %% [markdown]
+# ### Check
+
 # %% tags=["gpu", "nbval-ignore-output"]
 if session.gpu_cell():  # the reference decoder is plain PyTorch: CPU and GPU agree on one small set
     small = {where: evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=6), 64, device=where)
@@ -153,9 +155,6 @@ if session.gpu_cell():  # the reference decoder is plain PyTorch: CPU and GPU ag
     print("6 prompts x 64 tokens: tau non-causal " + ", ".join(f"{r['tau_noncausal']:.3f} on the {where.upper()}"
                                                               for where, r in small.items()))
     check("the reference decoder on the GPU gives the CPU's tau within 5%", gap <= 0.05, f"{gap:.2%} apart")
-
-# %% [markdown]
-# ### Check
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import wrapped_lines

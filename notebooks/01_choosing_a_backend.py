@@ -23,7 +23,7 @@
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import runs as P
 from dflash_fi.notebook import setup
-from dflash_fi.notebook import check, show, verdict
+from dflash_fi.notebook import check, show, show_engine_calls, show_source, verdict, wrapped_lines
 
 live_runs = [P.FLASH_ATTN, P.step_run(0), P.step_run(1), P.RTX4090_STOCK]  # start now (section "On the GPU")
 session = setup("01_choosing_a_backend", live=live_runs)
@@ -36,7 +36,6 @@ session = setup("01_choosing_a_backend", live=live_runs)
 
 # %% tags=["nbval-ignore-output"]
 from matplotlib import pyplot as plt
-
 from dflash_fi.figures import draft_layer_path
 from dflash_fi.figures.path import LANDS, STAGES, marks_of
 from dflash_fi.steps import PR_43081_STEPS as PR
@@ -52,18 +51,15 @@ verdict("only step 1 touches the selector (this notebook); the PR's other steps 
 # %% [markdown]
 # ## What vLLM checks, in its own code
 #
-# `CudaPlatform.get_attn_backend_cls` (`vllm/platforms/cuda.py`) checks a backend that was asked for alone, its
-# reasons becoming the error; with none asked for, `get_valid_backends` asks each backend of the GPU's list the
-# same `validate_configuration`. The draft asks with its own config: `speculative_config["attention_backend"]`
-# (None: the selector's choice), never the target's, and `use_non_causal=True`, which the last listing checks:
+# `get_attn_backend_cls` checks a backend asked for alone (its reasons: the error); with none asked for, it asks
+# each backend of the GPU's list. The draft asks with its own config: `speculative_config["attention_backend"]`
+# (None: the selector picks), never the target's, and `use_non_causal=True`, which the last listing checks:
 
 # %%
 from vllm.v1.attention.backend import AttentionBackend
 from vllm.v1.spec_decode.dflash import DFlashProposer
 from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-
 from dflash_fi.lab.pretend_gpu import cuda_platform_class
-from dflash_fi.notebook import show_source
 
 show_source(cuda_platform_class().get_attn_backend_cls,
             [(r"if selected_backend is not None:", r"if selected_backend is not None:"),
@@ -82,47 +78,41 @@ show_source(AttentionBackend.validate_configuration,
 # %% [markdown]
 # ## The priority lists, and the draft's selection before and after step 1
 #
-# `_get_backend_priorities` under pretended GPUs (vLLM's real `CudaPlatform` reporting SM 8.9, 9.0 and 10.0); per
-# GPU and KV cache, before and after step 1: FLASHINFER asked for the draft, and vLLM's pick with none:
+# Each GPU's list (`_get_backend_priorities`, vLLM's real `CudaPlatform` reporting SM 8.9, 9.0, 10.0); then, per
+# GPU and KV cache, the draft's selection before and after step 1:
 
 # %%
-from dflash_fi.lab.selector import priority_inputs, priority_lists, priority_table, selector_matrix
-from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_CACHE_DTYPE_NAMES, RTX_4090
+from dflash_fi.lab.selector import (PickChange, pick_changes, priority_inputs, priority_lists, priority_table,
+                                    selector_matrix)
+from dflash_fi.figures import selector_grid
+from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
 
-GPUS = (RTX_4090, HOPPER, BLACKWELL)  # the lists themselves: the Appendix
-matrix = [{**r, "column": f"SM {r['capability']} + {KV_CACHE_DTYPE_NAMES[r['kv_cache_dtype']]} KV"}
-          for r in selector_matrix(steps=(0, 1), capabilities=GPUS) if r["role"] == "draft"]
-NON_CAUSAL = "non-causal attention not supported"  # validate_configuration's reason, as marked above
+GPUS = (RTX_4090, HOPPER, BLACKWELL)
+show(priority_table(GPUS, roles=("target",)))  # each GPU's list; the target's pick (the draft's: the grid below)
 lists = priority_lists(GPUS)
-stranded = [r["column"] for r in matrix if r["step"] == 0 and r["auto_backend"] is None]
+matrix = [r for r in selector_matrix(steps=(0, 1), capabilities=GPUS) if r["role"] == "draft"]
 verdict(f"the list depends on ({', '.join(priority_inputs())}) only, so the target and the draft walk the same "
         f"list and only `use_non_causal` tells them apart. {sum(lists[c][0] == 'FLASHINFER' for c in lists)} of "
-        f"{len(lists)} GPUs put FLASHINFER first; stock vLLM leaves the draft no backend on {', '.join(stranded)}.")
+        f"{len(lists)} GPUs put FLASHINFER first.")
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.figures import selector_grid
-
 selector_grid(matrix);
 
 # %%
-picks = {(r["step"], r["column"]): r["auto_backend"] for r in matrix}
-gpu_of = {r["column"]: r["capability"] for r in matrix}
-changed = [cell for step, cell in picks if step == 1 and picks[0, cell] != picks[1, cell]]
-ahead = {gpu: order.index("FLASHINFER") < order.index("FLASH_ATTN") for gpu, order in lists.items()}
-rule = [cell for step, cell in picks if step == 1 and (ahead[gpu_of[cell]] or picks[0, cell] is None)]
-refusing = [r for r in matrix if r["step"] == 0 and NON_CAUSAL in r["flashinfer_reasons"]]
-verdict(f"at step 0 FLASHINFER refuses the draft in {len(refusing)} of {sum(r['step'] == 0 for r in matrix)} columns "
-        f"('{NON_CAUSAL}'); at step 1 every cell is green. With nothing asked for, the pick changes in "
-        + "; ".join(f"{cell}: {picks[0, cell] or 'none'} -> {picks[1, cell]}" for cell in changed) + ".")
+NON_CAUSAL = "non-causal attention not supported"  # validate_configuration's reason, as marked above
+changes = pick_changes(matrix, lists, reason=NON_CAUSAL)  # step 0 against step 1, per column of the grid
+verdict(f"at step 0 FLASHINFER refuses the draft in {changes.refused_before} of {changes.columns} columns "
+        f"('{NON_CAUSAL}'); at step 1 it accepts it in {changes.accepted_after}. vLLM's own pick changes in "
+        + "; ".join(f"{c.column}: {c.before or 'no backend'} -> {c.after}" for c in changes.changed) + ".")
 check("the pick changes exactly where the list puts FLASHINFER before FLASH_ATTN (SM "
-      + ", ".join(gpu for gpu, first in ahead.items() if first) + "), or nothing else was left", rule == changed)
+      + ", ".join(changes.flashinfer_first) + "), or nothing else was left", changes.as_the_lists_say)
 
 # %% [markdown]
 # ## Step 1: one method, and the guard behind it
 #
-# The base class's `supports_non_causal()` says False (above); step 1 is one method on `FlashInferBackend` saying
-# True (the exercise at the end has you write it; the answer is in the Appendix section, folded). But nothing below the
-# selector knows about causality yet, and DFlash's own guard refuses step 1's draft metadata (the GPU runs show it):
+# Step 1 is one method on `FlashInferBackend` (the exercise at the end has you write it; the answer is in the
+# Appendix below). But nothing below the selector knows about causality yet, and DFlash's own guard refuses step 1's
+# draft metadata (the GPU runs show it):
 
 # %%
 show_source(DFlashProposer.build_per_group_and_layer_attn_metadata,
@@ -131,22 +121,16 @@ show_source(DFlashProposer.build_per_group_and_layer_attn_metadata,
 # %% [markdown]
 # ## On the GPU
 #
-# Four engines, started in the first cell (the table says how each differs); then the walkthrough's checks on them
-# (without a GPU: as the evidence summary judged them):
+# Four engines, started in the first cell; then the walkthrough's checks on them (without a GPU: the evidence's):
 
 # %%
-from dflash_fi.notebook import show_engine_calls
-
 show_engine_calls(live_runs)
 
 # %% tags=["gpu"]
 live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import wrapped_lines
-
 import contextlib, io
-
 from dflash_fi.records.engine import outcome
 
 records, reference, source = session.evidence(live_runs)
@@ -170,17 +154,16 @@ from dflash_fi.lab.routing import RoutingLab
 
 with RoutingLab(1) as lab:  # step 1's real build() on a DFlash draft batch, its metadata handed to DFlash's guard
     draft_row = lab.route(STANDARD_BATCHES[0])
-step0, step1 = ({(r["capability"], r["kv_cache_dtype"]): r for r in matrix if r["step"] == s} for s in (0, 1))
 with wrapped_lines():
     check("stock FLASHINFER refuses the draft everywhere, for non-causal attention",
-          all(NON_CAUSAL in r["flashinfer_reasons"] for r in step0.values()), f"{len(step0)} columns")
+          changes.refused_before == changes.columns, f"{changes.columns} columns")
     check("the RTX 4090 + FP8 draft has no backend at step 0 and FLASHINFER at step 1",
-          step0["8.9", "fp8"]["auto_backend"] is None and step1["8.9", "fp8"]["auto_backend"] == "FLASHINFER")
+          PickChange("8.9", "fp8", None, "FLASHINFER") in changes.changed)
     check("step 1's FLASHINFER is accepted everywhere; its metadata has no causal field and DFlash's guard refuses it",
-          all(r["flashinfer_reasons"] == [] for r in step1.values()) and draft_row.dflash_check_passed is False
-          and draft_row.metadata_causal is None)
+          changes.accepted_after == changes.columns and draft_row.metadata_causal is None
+          and draft_row.dflash_check_passed is False)
     check(f"the walkthrough's {len(checks)} checks for these runs pass",
-          bool(checks) and all(c.passed for c in checks), "live" if session.live else "committed records")
+          bool(checks) and all(c.passed for c in checks), session.judged())
 
 # %% [markdown]
 # ## What you saw, and what's next
@@ -191,12 +174,6 @@ with wrapped_lines():
 # %% [markdown] tags=["appendix"]
 # ## Appendix
 #
-# The priority lists, per GPU:
-
-# %% tags=["appendix"]
-show(priority_table(GPUS))
-
-# %% [markdown] tags=["appendix"]
 # Step 1's hunk, the exercise's answer:
 
 # %% tags=["appendix"]
@@ -214,14 +191,13 @@ show_step_diff(1)
 # %% [markdown]
 # ## Try it yourself
 #
-# Write step 1's hunk yourself, checked by the CPU lab (no GPU). In a terminal (JupyterLab's will do):
+# Write step 1's hunk yourself, checked by the CPU lab (no GPU), in a terminal (JupyterLab's will do):
 #
 # ```
 # dflash-fi exercise 1           # writes exercises/step1.py: each hunk's reason, where it lands, the stock text
 # dflash-fi exercise 1 --check   # your hunks in place of step 1's, on top of the project's steps before it
 # ```
 #
-# Edit the hunk's `"new"` text in that file. The check prints one line per check (step 1, 3 in all) and then what
-# still fails. Untouched, it says `step 1 still fails 2 of 3 checks: selector accepts the draft; RTX 4090 fp8
-# draft`. Right, it says `step 1 passes: all 3 checks of step 1 hold with your hunks` and exits 0. The answer is step 1's
-# hunk in the Appendix section just above this one (its cells are folded: unfold them).
+# Edit the hunk's `"new"` text in that file. Untouched, the check says `step 1 still fails 2 of 3 checks: selector
+# accepts the draft; RTX 4090 fp8 draft`; right, `step 1 passes: all 3 checks of step 1 hold with your hunks` (exit
+# 0). The answer is step 1's hunk, in the Appendix just above.

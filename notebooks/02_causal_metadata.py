@@ -155,7 +155,7 @@ check("step 2's draft metadata says causal=False and DFlash's check passes",
       step2.metadata_causal is False and step2.dflash_check_passed)
 check("step 2 still plans the draft causal (the silent bug)", step2.plan_causal is True)
 check(f"the walkthrough's {len(checks)} checks for step 2 pass", bool(checks) and all(c.passed for c in checks),
-      "live" if session.live else "committed records")
+      session.judged())
 
 # %% [markdown]
 # ## What you saw, and what's next

@@ -25,7 +25,7 @@
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import runs as P
 from dflash_fi.notebook import setup
-from dflash_fi.notebook import check, show, verdict
+from dflash_fi.notebook import check, show, show_engine_calls, verdict, wrapped_lines
 
 live_runs = [P.NO_SPEC, P.FLASH_ATTN, P.step_run(2), P.step_run(3)]  # start now (section "On the GPU")
 session = setup("03_noncausal_wrapper", live=live_runs)
@@ -50,29 +50,16 @@ show_source(FlashInferMetadataBuilder._get_prefill_wrapper, [(r"if self\._prefil
                                                              (r"return self\._prefill_wrapper", r"return")])
 
 # %% [markdown]
-# Target batches never reach the draft's wrapper: vLLM gives the draft's layers an `AttentionGroup` and metadata
-# builder of their own (`vllm/v1/spec_decode/llm_base_proposer.py`, line 1582), and DFlash's proposer hands that
-# builder only `causal=False` metadata (`dflash.py`, line 187). But a builder does not know whose batches it
-# builds: `_get_prefill_wrapper()` gives its one wrapper to every prefill batch, and that wrapper runs
-# with whatever causality its last `plan()` fixed. Step 3 keys the wrapper by causality, so a causal and a
-# non-causal plan never share one, in whichever builder they meet, and stock's causal wrapper stays as it was:
+# Target batches never reach the draft's wrapper: the draft's layers get an `AttentionGroup` and metadata builder of
+# their own (vLLM's `SpecDecodeBaseProposer`), fed only `causal=False` metadata (`DFlashProposer`). But a
+# builder's `_get_prefill_wrapper()` gives its one wrapper to every prefill batch, planned as its last `plan()` said.
+
+# %% [markdown]
+# ## Step 3, hunk by hunk
 #
-# 1. the builder owns a second wrapper, for non-causal batches only;
-# 2. `_get_prefill_wrapper(causal=False)` creates it on first use and returns it (`backend="auto"` leaves the
-#    kernel to FlashInfer; step 5 revisits that);
-# 3. `build()` refuses, before anything else, what has no non-causal path (DCP, an NVFP4 cache: below); #43081
-#    refuses NVFP4 later, inside `_get_prefill_wrapper()` (the appendix compares the two);
-# 4. and 5. the prefill branch of `build()` asks for the wrapper of the batch's causality, and tells `plan()` it,
-#    where stock says `causal=True` whatever the batch;
-# 6. stock `forward` asserted every prefill wrapper planned causal; it now compares the wrapper's planned
-#    causality with the metadata's, so a wrong plan fails loudly at `run()` time.
-#
-# **Try it yourself first** (CPU lab, no GPU), in a terminal: `dflash-fi exercise 3` writes `exercises/step3.py`
-# (each hunk's reason, where it lands, the stock text: edit each `"new"`), `dflash-fi exercise 3 --check` checks it.
-# Untouched it says `step 3 still fails 4 of 12 checks: plan(causal=False); a wrapper of its own; DCP refused;
-# NVFP4 refused`; right, `step 3 passes: all 12 checks of steps 1-3 hold with your hunks`. Hint: refuse at the top
-# of `build()`, not only in `_get_prefill_wrapper()`. The answer, hunk by hunk (hunk 2: its decision; its error
-# messages are in the appendix's whole diff):
+# Step 3 keys the wrapper by causality, so a causal and a non-causal plan never share one. Hunk 1: the builder owns
+# a second wrapper, for non-causal batches only; hunk 2: `_get_prefill_wrapper(causal=False)` creates it on first use
+# (`backend="auto"` leaves the kernel to FlashInfer; step 5 revisits that). Hunk 2's error messages: the Appendix.
 
 # %%
 from dflash_fi.notebook import show_hunks
@@ -83,8 +70,11 @@ show_source(step3.FlashInferMetadataBuilder._get_prefill_wrapper,
             [(r"if not causal:", r"return self\._noncausal_prefill_wrapper")])
 
 # %% [markdown]
-# Hunk 2 hands a non-causal batch its own wrapper, never the causal one. Hunk 3 makes `build()` refuse first what
-# has none; hunks 4 and 5 make it ask for the wrapper of the batch's causality and tell `plan()`; hunk 6 checks it:
+# - hunk 3: `build()` refuses first what has no non-causal path (DCP, an NVFP4 cache: below); #43081 refuses NVFP4
+#   later, in `_get_prefill_wrapper()` (the appendix compares the two);
+# - hunks 4 and 5: `build()` asks for the wrapper of the batch's causality and tells `plan()` it (stock: `causal=True`);
+# - hunk 6: `forward` compares the wrapper's planned causality with the metadata's (stock asserted causal), so a
+#   wrong plan fails loudly at `run()` time.
 
 # %%
 show_hunks(3, only=[3, 4, 5, 6], max_lines=None, context=1, joined=True)
@@ -115,44 +105,43 @@ verdict(f"only the draft rows change, to '{path_label(draft.prefill)}' planned c
 from dflash_fi.exercises.builds import refusals
 
 refused = refusals(3)  # the lab's build() of a DFlash draft batch, with DCP, and with an NVFP4 cache (SM 10.0)
-for name, (message, untouched) in refused.items():
-    print(f"{name}: NotImplementedError: {message}\n    caller's metadata, page table and wrappers untouched: {untouched}")
+with wrapped_lines():
+    for name, (message, untouched) in refused.items():
+        print(f"{name}: NotImplementedError: {message}\n    caller's metadata, page table and wrappers untouched: "
+              f"{untouched}")
 
 # %% [markdown]
 # ## On the GPU: the first correct step
 #
-# No speculation, the FLASH_ATTN draft, and steps 2 and 3, started in the first cell:
+# No speculation, the FLASH_ATTN draft, and steps 2 and 3, started in the first cell; a correct draft's output equals
+# plain decoding's except at **near-ties** (the target's top two tokens so close that rounding can flip its pick):
 
 # %%
-from dflash_fi.notebook import show_engine_calls
-
 show_engine_calls(live_runs)
 
 # %% tags=["gpu"]
 live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import wrapped_lines
-
 records, reference, source = session.evidence(live_runs)
 with wrapped_lines():
     print(source)
     checks = session.check(records, reference)
 
 # %% tags=["nbval-ignore-output"]
+from matplotlib import pyplot as plt
 from dflash_fi.figures import acceptance_by_position
 
-from matplotlib import pyplot as plt
-
-acceptance_by_position(records, live_runs[2:], title="Step 3 plans the draft non-causal: acceptance per position")
-plt.show()  # the picture: steps 2 and 3; the FLASH_ATTN draft and the reference decoder, in what it says
+acceptance_by_position(records, live_runs[1:], title="Step 3 plans the draft non-causal: acceptance per position",
+                       reference=reference)
+plt.show()  # the picture, then what it says
 fa, s2, s3 = (records[run].generate().acceptance.per_position for run in live_runs[1:])
 noncausal = reference["per_position_acceptance"]["noncausal"]
 verdict(f"on {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is well below step 3 "
-        f"({s2[0]:.2f} against {s3[0]:.2f} at the first position); step 3 is within "
-        f"{max(abs(a - b) for a, b in zip(fa, s3)):.3f} of the FLASH_ATTN draft and "
-        f"{max(abs(a - b) for a, b in zip(noncausal, s3)):.3f} of the reference decoder's non-causal prediction "
-        f"at every one of its {len(s3)} positions.")
+        f"({s2[0]:.3f} against {s3[0]:.3f} at the first position); step 3 (tau {records[live_runs[3]].tau:.3f}) is "
+        f"within {max(abs(a - b) for a, b in zip(fa, s3)):.3f} of the FLASH_ATTN draft (tau "
+        f"{records[live_runs[1]].tau:.3f}) and {max(abs(a - b) for a, b in zip(noncausal, s3)):.3f} of the "
+        f"reference decoder's non-causal prediction at every one of its {len(s3)} positions.")
 
 # %% [markdown]
 # ### Check
@@ -166,15 +155,14 @@ check("DCP and NVFP4 are refused before anything is touched",
       "decode context parallelism" in (refused["DCP"][0] or "") and "NVFP4" in (refused["NVFP4"][0] or "")
       and all(untouched for _, untouched in refused.values()))
 check(f"the walkthrough's {len(checks)} checks for step 3 pass", bool(checks) and all(c.passed for c in checks),
-      "live" if session.live else "committed records")
+      session.judged())
 
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# `plan()` fixes causality; a wrapper of the draft's own, planned non-causal, gives the draft the FLASH_ATTN draft's
-# acceptance, and greedy output equal to plain decoding's wherever the target is not at a near-tie; what has no
-# non-causal path is refused before it changes anything. (FlashInfer's kernel against the reference: the appendix.)
-# Next, notebook 4: Blackwell's TRTLLM kernels, the last hunk of the PR, and the RTX 4090 case running.
+# `plan()` fixes causality; the draft's own wrapper, planned non-causal, gives it the FLASH_ATTN draft's acceptance
+# and plain decoding's output except at near-ties; what has no non-causal path is refused first (the kernel against
+# the reference: the Appendix). Next, notebook 4: Blackwell's TRTLLM kernels and the RTX 4090 case.
 
 # %% [markdown] tags=["appendix"]
 # ## Appendix
@@ -213,3 +201,12 @@ if session.gpu_cell():
 from dflash_fi.notebook import show_step_diff
 
 show_step_diff(3)
+
+# %% [markdown]
+# ## Try it yourself
+#
+# Write step 3's hunks yourself (CPU lab, no GPU), in a terminal: `dflash-fi exercise 3` writes `exercises/step3.py`
+# (each hunk's reason, where it lands, the stock text: edit each `"new"`); `dflash-fi exercise 3 --check` checks it.
+# Untouched it says `step 3 still fails 4 of 12 checks: plan(causal=False); a wrapper of its own; DCP refused; NVFP4
+# refused`; right, `step 3 passes: all 12 checks of steps 1-3 hold with your hunks`. Hint: refuse at the top of
+# `build()`, not only in `_get_prefill_wrapper()`. The answer: "Step 3, hunk by hunk" above; the Appendix's diff.

@@ -49,10 +49,10 @@ show_source(use_trtllm_attention, [(r"num_qo_heads: int,", r"-> bool:")])
 # prefill, so the decode decision matters only through `all_uses_trtllm`, which sends the whole batch down
 # TRTLLM's path; hunk 2 makes both False for it, and logs that once.
 #
-# **Try it yourself first** (CPU lab, no GPU), in a terminal: `dflash-fi exercise 4` writes `exercises/step4.py`
-# (edit each hunk's `"new"`), `dflash-fi exercise 4 --check` checks it. Untouched it says `step 4 still fails 2 of
-# 14 checks: no TRTLLM for the draft; one warning`; right, `step 4 passes: all 14 checks of steps 1-4 hold with
-# your hunks`. Hint: `causal` is in scope in `build()` where both decisions are made. The answer:
+# **Try it yourself first** (CPU lab, no GPU): `dflash-fi exercise 4` in a terminal writes `exercises/step4.py` (edit
+# each hunk's `"new"`), `dflash-fi exercise 4 --check` checks it: untouched, `step 4 still fails 2 of 14 checks: no
+# TRTLLM for the draft; one warning`; right, `step 4 passes: all 14 checks of steps 1-4 hold with your hunks`. Hint:
+# `causal` is in scope in `build()` where both decisions are made. The answer:
 
 # %%
 from dflash_fi.notebook import show_hunks
@@ -60,14 +60,11 @@ from dflash_fi.notebook import show_hunks
 show_hunks(4, max_lines=None)
 
 # %% [markdown]
-# Hunk 1 keeps a non-causal batch off TRTLLM prefill, hunk 2 off `all_uses_trtllm`. On an H100 or H200 (no TRTLLM)
-# the GPU runs below never exercise either: only the pretended SM 10.0 lab does, here:
-
-# %% [markdown]
 # ## Forced TRTLLM, before and after
 #
-# `pretend_gpu((10, 0), trtllm=True)`: vLLM's `CudaPlatform` reports SM 10.0 and TRTLLM attention available. What
-# each step's builder does with the batches past the selector (which refuses stock's draft; the lab builds it):
+# An H100 or H200 has no TRTLLM, so neither hunk runs there; the CPU lab's `pretend_gpu((10, 0), trtllm=True)` does:
+# vLLM's `CudaPlatform` reports SM 10.0 with TRTLLM. What each step's builder does with the batches (stock's draft,
+# which the selector refuses, built by the lab anyway):
 
 # %%
 from dataclasses import replace
@@ -92,11 +89,11 @@ verdict(f"stock would run the draft on {path_label(stock.decode)}, step 3 on {pa
 # %% [markdown]
 # ## On the GPU, and the RTX 4090 case
 #
-# An H100 or H200 has no TRTLLM, so step 4's output there must equal step 3's; with an FP8 cache, drafting must
-# stay non-causal and the output equal plain decoding's up to near-ties. The RTX 4090 case (vLLM's FlashAttention
-# forced to version 2, an FP8 cache; SM 8.9 has no TRTLLM, so it is correct since step 3) runs with the complete PR.
-# The last check is the plan race's: no draft `plan()` rewrote the schedule of a plan still queued on the GPU for
-# another batch (docs/plan-race.md). The checks say what each engine ran:
+# No TRTLLM on an H100 or H200: step 4's output must equal step 3's there. With an FP8 cache the draft must stay
+# non-causal, its output plain decoding's up to **near-ties** (where the target's two best tokens are closer than a
+# margin measured between correct engines). The RTX 4090 case (FlashAttention forced to version 2, an FP8 cache) runs
+# with the complete PR. The last check is the **plan race**'s: a draft's `plan()` must not rewrite a wrapper's
+# schedule while a kernel queued for an earlier batch still reads it. The engines:
 
 # %%
 from dflash_fi.notebook import show_engine_calls
@@ -139,23 +136,17 @@ verdict(f"vLLM's FlashAttention answers version {rtx.flash_attn_version}; on the
 from matplotlib import pyplot as plt
 
 from dflash_fi.figures import tau_by_step
+from dflash_fi.figures.acceptance import pr_tau_verdict
+from dflash_fi.notebook import section_note
 
 recorded_walkthrough = S.read().walkthrough()
-walkthrough, walkthrough_reference, made = (recorded_walkthrough.records, recorded_walkthrough.reference,
-                                            recorded_walkthrough.provenance)
+walkthrough, walkthrough_reference = recorded_walkthrough.records, recorded_walkthrough.reference
 eager = [P.FLASH_ATTN, *(P.step_run(s) for s in range(5)), P.FP8, P.RTX4090_STEP4]  # the PR's steps only
 prompt_set = f"{walkthrough_reference['n_prompts']} prompts x {walkthrough_reference['n_new_tokens']} tokens"
-print(f"the evidence summary's walkthrough ({prompt_set}): {S.describe(made)}")
+print(f"{section_note(S.Section.WALKTHROUGH)} Its prompt set: {prompt_set}.")
 tau_by_step(walkthrough, walkthrough_reference, [run for run in eager if run in walkthrough])
 plt.show()  # the picture, then what it says
-tau = {run: walkthrough[run].tau for run in eager if run in walkthrough}
-fp8 = {"FP8 cache": tau.get(P.FP8), "the RTX 4090 case": tau.get(P.RTX4090_STEP4)}
-verdict(f"on {prompt_set}: step 2 sits at the causal prediction ({tau[P.step_run(2)]:.2f} against "
-        f"{walkthrough_reference['tau_causal']:.2f}), steps 3 and 4 at the non-causal one ({tau[P.step_run(3)]:.3f} "
-        f"and {tau[P.step_run(4)]:.3f}, against {walkthrough_reference['tau_noncausal']:.3f}); "
-        + "; ".join(f"{name} {t:.3f} ({t / tau[P.step_run(4)] - 1:+.1%} from step 4)" for name, t in fp8.items() if t)
-        + ": an FP8 cache rounds what both models attend over, so tau moves a few percent, far above the causal "
-        "prediction.")
+verdict(pr_tau_verdict({run: walkthrough[run] for run in eager if run in walkthrough}, walkthrough_reference))
 
 # %% [markdown]
 # ### Check
@@ -172,7 +163,7 @@ check("vLLM's attention-backend feature table (its docs), column Non-Causal, gai
 } == {"FLASHINFER": (False, True)})
 check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case pass",
       bool(checks) and all(c.passed for c in checks),
-      "live" if session.live else "committed records")
+      session.judged())
 
 # %% [markdown]
 # ## What you saw, and what's next

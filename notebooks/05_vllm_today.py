@@ -17,25 +17,10 @@
 # %% [markdown]
 # # 05 · vLLM today: where PR #43081 went, from 0.24.0 to 0.33.0
 #
-# Notebooks 01-04 built PR #43081 on vLLM 0.22.1 as steps 1-4. The PR shipped in **vLLM 0.24.0**; **vLLM 0.33.0** is
-# today's release. This notebook reads both releases' own code and asks two questions: does the merged code decide
-# every batch as step 4 does, and what has happened since at the places the lesson taught?
-#
-# The code is read from each release's **wheel** (the file `pip` installs from), fetched from PyPI once into
-# `artifacts/upstream/` and never installed. Each file read is **pinned**: checked against a sha256 written in
-# `dflash_fi.upstream`, so a different file fails loudly instead of teaching something else. Only the three releases
-# 0.22.1, 0.24.0 and 0.33.0 are read, so "in 0.33.0, not in 0.24.0" is all this notebook can say about when a change
-# came: the releases in between are not read.
-#
-# Four words this notebook uses before the notebooks that teach them (notebook 00's glossary has them all):
-# - **XQA**: FlashInfer's decode kernel from TensorRT-LLM, which needs no `plan()`; in 0.33.0 a DFlash draft runs on
-#   it on SM 9.0 and 12.x, "the XQA GPUs" (notebook 07 runs it).
-# - **a backend's CUDA-graph claim**: what its builder's `get_cudagraph_support()` says a full CUDA graph of its
-#   attention may hold: `UNIFORM_BATCH`, batches whose requests all have one query length (a draft's blocks), or less
-#   (notebook 06).
-# - **PIECEWISE graphs**: CUDA graphs of everything but attention, which runs eagerly between them.
-# - **attention sink**: a learned per-head logit that some models add to the softmax; FlashInfer serves it with a
-#   wrapper of its own.
+# Notebooks 01-04 built PR #43081 on vLLM 0.22.1 as steps 1-4. It shipped in **vLLM 0.24.0**; **vLLM 0.33.0** is
+# today's release. This notebook reads both releases' own code, each file checked against its pinned sha256 (how:
+# appendix), and asks: does the merged code decide every batch as step 4 does, and what has happened since at the
+# places the lesson taught? (XQA, PIECEWISE and the like: notebook 00's glossary.)
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import check, setup, show, verdict
@@ -50,12 +35,10 @@ print(f"{len(SHA256)} files of vLLM {', '.join(VERSIONS)} read, each as pinned")
 # %% [markdown]
 # ## Step 4 is what vLLM merged
 #
-# The **merged lab** is the CPU lab of notebooks 01-04 with vLLM 0.24.0's `flashinfer.py` imported, unchanged, as its
-# FlashInfer module (the rest is vLLM 0.22.1's; one name, `PIN_MEMORY`, is given 0.24.0's meaning). It builds the
-# standard batches and seeded random draft and target batches under each **configuration**: a GPU (SM 8.9, 9.0,
-# 10.0), a KV-cache dtype (bf16, fp8, NVFP4), TRTLLM on or off, DCP on or off. Each **build** (one batch under one
-# configuration) is compared decision by decision: the selector's answer, the CUDA-graph claim, the split into
-# prefill and decode, each `plan()`'s causality, `metadata.causal`, cascade, refusals and warnings.
+# The **merged lab** is the CPU lab of notebooks 01-04 with vLLM 0.24.0's `flashinfer.py` as its FlashInfer module.
+# Each **build**, one batch under one **configuration** (a GPU of SM 8.9, 9.0 or 10.0; a bf16, fp8 or NVFP4 KV cache;
+# TRTLLM and DCP on or off), is compared decision by decision: the selector's answer, the CUDA-graph claim, the split
+# into prefill and decode, each `plan()`'s causality, `metadata.causal`, cascade, refusals and warnings.
 
 # %%
 from dflash_fi.figures.today import comparison_table
@@ -77,30 +60,23 @@ verdict(f"{len(builds) - len(differ)} of {len(builds)} builds decide every field
 # %% [markdown]
 # ## The places the lesson taught, release by release
 #
-# Each place is a definition (a function or class) in each release's own file; a row counts the lines a release
-# added and removed there, and names the PR whose thread says why ("not the lesson's" where the change concerns
-# other layers). The diffs themselves are in the appendix; the verdict below the table says what the changes do.
+# Each place is a definition in each release's own file; a row counts the lines a release added and removed there,
+# and names the PR whose thread says why ("not the lesson's": other layers). The diffs are in the appendix.
 
 # %%
-from dflash_fi.figures.today import places_table
+from dflash_fi.figures.today import places_table, told
 from dflash_fi.lab.today import PLACES, changes, priorities
-from dflash_fi.upstream import CLAIMS, LESSON, MERGED, TODAY
-from dflash_fi.vocabulary import BLACKWELL, HOPPER
+from dflash_fi.upstream import CLAIMS, LESSON, MERGED, TODAY, claim
 
 show(places_table())
 changed = {hop: [p.title for p in PLACES if changes(p)[hop].diff] for hop in (0, 1)}
 kept = [p.title for p in PLACES if not changes(p)[1].diff]
-draft_moves = (priorities(TODAY, BLACKWELL, True)[0] != priorities(MERGED, BLACKWELL)[0]
-               and priorities(TODAY, HOPPER, True) == priorities(MERGED, HOPPER))
-pr_hold = all(c.since in (LESSON, MERGED) for c in CLAIMS if c.step <= 4)  # each probed in 0.33.0's code too
+pr_claims = [c for c in CLAIMS if c.step <= 4]
+held = [c for c in pr_claims if c.since in (LESSON, MERGED)]  # shown since then: every later release's code too
+around = [claim("flash_attn_first"), claim("xqa_draft")]
 verdict(f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.0, {len(changed[1])} from 0.24.0 to "
-        f"0.33.0. Unchanged since the merge: {' and '.join(kept)}. #48167 had the selector walk hand "
-        "`use_non_causal` to the priority list, and `get_cudagraph_support` claim no UNIFORM_BATCH for a non-causal "
-        "config; #49718 and #50439 lift that on SM 9.0 / 12.x, where the draft runs on XQA, and give a model with "
-        "attention sinks a sink wrapper there. #43081's non-causal wrapper is still built, and `_get_prefill_wrapper` "
-        "still refuses DCP and NVFP4 for it (step 3's row of the claims table further down). So "
-        + ("the places steps 1-4 touched still hold in 0.33.0" if pr_hold else "not every place of steps 1-4 holds")
-        + ("; #48167 changes which backend a DFlash draft gets on SM 10.x." if draft_moves else "."))
+        f"0.33.0; unchanged since the merge: {' and '.join(kept)}. {len(held)} of the PR's {len(pr_claims)} claims "
+        f"(table further down) still show in {TODAY}'s code. Around them, upstream's code now has: {told(around)}.")
 
 # %% [markdown]
 # ## The priority lists of 0.33.0
@@ -119,8 +95,7 @@ verdict(f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.
 from IPython.display import display
 
 from dflash_fi.figures.today import noncausal_branch, priority_table
-from dflash_fi.upstream import claim
-from dflash_fi.vocabulary import RTX_4090, sm
+from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090, sm
 
 gpus = (RTX_4090, HOPPER, BLACKWELL)
 display(noncausal_branch())
@@ -133,27 +108,22 @@ verdict(f"only {', '.join(f'SM {sm(c)}' for c in moved)} changes, and only for a
         "the walk is 0.22.1's.")
 
 # %% [markdown]
-# ## This project's steps against upstream
+# ## The PR's claims against upstream's code
 #
-# After the PR, this project went on (steps 5-9, notebooks 06 and 07); upstream went on too. Every claim the course
-# makes about upstream is one row of `dflash_fi.upstream.CLAIMS`, the table the README and notebooks 06-07 read as
-# well. Each row's "upstream's code" is **probed**: a pattern looked for in a definition of each release, and "in
-# the code" is the first release from which every later one shows it. The "so" column is the verdict.
+# Every claim the course makes about upstream is one row of `dflash_fi.upstream.CLAIMS`, **probed**: a pattern looked
+# for in a definition of each release; "in the code" is the first release from which every later one shows it.
 
 # %%
 from collections import Counter
 
 from dflash_fi.figures.today import claims_table
-from dflash_fi.upstream import Agreement
+from dflash_fi.notebook import NOTEBOOK_OF_STEP
 
-show(claims_table(CLAIMS))
-by = Counter(c.agreement for c in CLAIMS)
-pr_rows = [c for c in CLAIMS if c.step <= 4]
-ours_only = sorted({c.step for c in CLAIMS if c.agreement is Agreement.NOT_DONE})
-verdict(f"the PR's {len(pr_rows)} rows are all {MERGED}'s code "
-        f"({sum(c.since == MERGED for c in pr_rows)} of {len(pr_rows)}). Of all {len(CLAIMS)} rows, upstream does "
-        f"the same at {by[Agreement.SAME]}, another way at {by[Agreement.OTHERWISE]}, and not at "
-        f"{by[Agreement.NOT_DONE]}: steps {', '.join(map(str, ours_only))} have rows upstream's code does not show.")
+show(claims_table(pr_claims))
+rest = Counter(NOTEBOOK_OF_STEP[c.step] for c in CLAIMS if c not in pr_claims)
+verdict(f"the PR's {len(pr_claims)} rows are all {MERGED}'s code ({sum(c.since == MERGED for c in pr_claims)} of "
+        f"{len(pr_claims)}). The other {sum(rest.values())} rows are steps 5-9's, taught "
+        + " and ".join(f"in {nb} ({n} rows)" for nb, n in rest.items()) + f"; all {len(CLAIMS)}: appendix.")
 
 # %% [markdown]
 # ## On the GPU
@@ -191,15 +161,35 @@ check("each claim's release is what the releases' code shows", all(c.shown_since
 # ## What you saw, and what's next
 
 # %%
-graphs, xqa = claim("noncausal_graph_claim"), claim("xqa_draft")
-verdict(f"PR #43081 is in vLLM {MERGED} as steps 1-4 wrote it, except where NVFP4 is refused: {len(builds) - len(differ)} of {len(builds)} builds "
-        f"decide alike, and the {len(differ)} others differ only on NVFP4, for the named reasons above. By {TODAY}, upstream "
-        f"kept it and built around it: #48167's CUDA-graph claim ({graphs.when()}), FLASH_ATTN first for a non-causal "
-        f"layer on SM 10.0, and the draft on XQA on SM 9.0 and 12.x ({', '.join(xqa.prs)}). Next, notebook 06: "
-        "what #48167 changes in how vLLM picks a CUDA-graph mode, and step 6.")
+graphs = claim("noncausal_graph_claim")
+verdict(f"PR #43081 is in vLLM {MERGED} as steps 1-4 wrote it: {len(builds) - len(differ)} of {len(builds)} builds "
+        f"decide alike, the {len(differ)} others only on NVFP4, for {len(named)} named reasons. By {TODAY}, "
+        f"{len(held)} of its {len(pr_claims)} claims still hold, and upstream built around it: {told(around)}. Next, "
+        f"notebook 06: how vLLM picks a CUDA-graph mode from a backend's claim, FlashInfer's claim fixed "
+        f"({', '.join(graphs.prs)}, {graphs.when()}), and step 6.")
 
 # %% [markdown] tags=["appendix"]
-# ## Appendix: the diffs of each place
+# ## Appendix: how the code is read, every claim, the diffs
+#
+# The code is read from each release's **wheel** (the file `pip` installs from), fetched from PyPI once into
+# `artifacts/upstream/` and never installed. Each file read is **pinned**: checked against a sha256 written in
+# `dflash_fi.upstream`, so a different file fails loudly instead of teaching something else. Only the three releases
+# 0.22.1, 0.24.0 and 0.33.0 are read, so "in 0.33.0, not in 0.24.0" is all this notebook can say about when a change
+# came. The merged lab imports 0.24.0's `flashinfer.py` unchanged; the rest of vLLM is 0.22.1's, and one name that
+# file imports, `PIN_MEMORY`, is given 0.24.0's meaning.
+#
+# Every claim about upstream, steps 1-9 (notebooks 06 and 07 read their own rows):
+
+# %% tags=["appendix"]
+from dflash_fi.upstream import Agreement
+
+show(claims_table(CLAIMS))
+by = Counter(c.agreement for c in CLAIMS)
+print(f"of {len(CLAIMS)} rows, upstream does the same at {by[Agreement.SAME]}, another way at "
+      f"{by[Agreement.OTHERWISE]}, not at {by[Agreement.NOT_DONE]}")
+
+# %% [markdown] tags=["appendix"]
+# The diffs of each place:
 
 # %% tags=["appendix"]
 from dflash_fi.figures.today import place_diffs

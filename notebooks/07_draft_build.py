@@ -17,16 +17,14 @@
 # %% [markdown]
 # # 07 · What a draft's metadata build costs the host, and three ways to cut it: steps 7, 8 and 9
 #
-# Every decoding step the **host** (the CPU thread that prepares a step while the GPU runs the one before) builds each
-# attention group's **metadata**, the backend's description of the batch, and DFlash's drafter one more for its
-# draft block. With CUDA graphs kept (notebook 06), that build is what a FlashInfer draft still pays on the host.
-# It is mostly the **page table** (which KV-cache pages each request reads) and `plan()`, the kernel's **schedule**
-# (which thread block takes which queries and keys), made on the host and copied to the GPU. Three ways to cut it:
+# Every decoding step the **host** (the CPU thread that prepares a step while the GPU runs) builds each attention
+# group's **metadata**, the batch as the backend reads it; DFlash's drafter builds one more for its draft block. For
+# FlashInfer that is mostly the **page table** (which KV-cache pages each request reads) and `plan()`, the kernel's
+# **schedule**, both made on the host. Three ways to cut it:
 #
 # - **Step 7** plans from host-side bounds of the sequence lengths, so the build never waits for the GPU.
 # - **Step 8** plans once and keeps the plan while the batch's shape holds.
-# - **Step 9** plans nothing: FlashInfer's XQA kernel reads vLLM's block table on the GPU. It runs where it is the
-#   faster kernel; elsewhere step 8's kept plan stays.
+# - **Step 9** plans nothing where FlashInfer's XQA kernel is the faster: XQA reads vLLM's block table on the GPU.
 
 # %% tags=["nbval-ignore-output"]
 import dflash_fi.records.summary as S
@@ -37,8 +35,8 @@ session = setup("07_draft_build", reads=(S.Section.BENCH_KERNELS,))
 # %% [markdown]
 # ## What a draft build does, in vLLM 0.22.1
 #
-# The drafter calls the builder's `build_for_drafting`, which is `build(..., fast_build=True)` (FlashInfer's builder
-# ignores the flag). Stock `build()` in outline, each line that costs the host marked with the step that cuts it:
+# The drafter calls `build_for_drafting`, which is `build(..., fast_build=True)` (FlashInfer ignores the flag).
+# Stock `build()` in outline, each line that costs the host marked with the step that cuts it:
 
 # %%
 from IPython.display import display
@@ -61,18 +59,17 @@ show_source(CommonAttentionMetadata.seq_lens_cpu.fget, [(r"def seq_lens_cpu", r"
 # ## Step 7: plan from the host bounds
 #
 # `plan()` only schedules work from the lengths it is given; the kernel reads the page table on the GPU. So step 7
-# plans from the bounds (numpy, on the host) and writes the exact page table on the GPU from the exact `seq_lens`
-# (GPU operations, appendix), pointing `run()` at it. Step 7 tells `plan()` not to split a request's KV, because a
-# split made from the bound could give a thread block pages the exact length doesn't have. The decision, in `build()`:
+# plans from the bounds and writes the exact page table on the GPU from the exact `seq_lens` (appendix). It tells
+# `plan()` not to split a request's KV: a split made from the bound could give a thread block pages the exact length
+# lacks. The decision, in `build()`:
 
 # %%
 show_hunks(7, only=[8], context=0)
 
 # %% [markdown]
-# Step 7 also skips the `plan()` of a build nobody reads: at every *target* step the runner builds metadata for the
-# draft layers' group too, which reads only the drafter's builds (appendix); the rest of that build stays (its host
-# time is not recorded apart). Both on the real builders with the CPU lab's wrapper
-# doubles (pretended SM 9.0): a draft batch of four requests, and the runner's target batches for the draft layers:
+# Step 7 also skips the `plan()` nobody reads: the runner's build for the draft layers' group at every *target* step
+# (the draft layers read only the drafter's builds). Both, on the real builders with the CPU lab's wrapper doubles
+# (pretended SM 9.0): a draft batch of four requests, and the runner's target batches:
 
 # %%
 from dflash_fi.lab.host_work import draft_build_reads_gpu_lengths, runner_builds_for_draft_layers
@@ -89,12 +86,10 @@ verdict(f"step 6 {did(lengths[6]['copied_from_gpu'])} the exact lengths from the
 # %% [markdown]
 # ## Step 8: keep the plan while the shape holds
 #
-# With each request's KV in one piece (step 7), a plan depends on the requests and their query lengths, not on the
-# contexts, and a DFlash draft batch is 16 queries per request at every step. So `(requests, 16)` is the plan's
-# **key**, kept by the builder when it plans (appendix): while a build's key matches, it only rewrites the page table
-# (one Triton launch) and returns. A request that finishes empties its row of the kept plan, which reads and writes
-# nothing. The short path in `build()`, then one decode's draft steps through the real builders (wrappers that count
-# `plan()`):
+# With each request's KV in one piece (step 7), a plan depends on the requests and their query lengths only, and a
+# DFlash draft batch is 16 queries per request at every step. So the builder keeps its plan under the **key**
+# `(requests, 16)`: while a build's key matches, it only rewrites the page table (one Triton launch). A finished
+# request's row of the kept plan is emptied, reading nothing. The short path, then one decode's draft steps:
 
 # %%
 from dflash_fi.lab.host_work import plans_over_draft_steps
@@ -111,10 +106,9 @@ verdict(f"over {len(over[8])} draft steps step 7 plans at {len(planned[7])}, ste
 # ## Step 9: no plan at all, where XQA is faster
 #
 # A kept plan still costs a key check, a page-table launch and `build()`'s Python. FlashInfer's **XQA** kernel reads
-# vLLM's own block table and exact `seq_lens` on the GPU and takes one query length per batch with a mask (every
-# bit of a block set: DFlash's blocks see themselves whole), so a draft step's metadata is views of tensors vLLM
-# already has. XQA is not always the faster kernel, so step 9 sends a draft step there by a **route rule**, written
-# once in the step (its bounds set from the benchmark below), before any plan is looked at:
+# vLLM's own block table and exact `seq_lens` on the GPU, with one query length per batch and a mask (all bits set:
+# DFlash's blocks see themselves whole), so its metadata is views of tensors vLLM has. XQA is not always the faster
+# kernel, so step 9 sends a draft step there by a **route rule**, its bounds set from the benchmark below:
 
 # %%
 from dflash_fi.steps import backend_module
@@ -123,74 +117,49 @@ show_source(backend_module(9).use_xqa_for_draft, [(r"return \($", r"^\s*\)$")])
 show_hunks(9, only=[7], context=0)
 
 # %% [markdown]
-# The rule's numbers come from the evidence pass's kernel benchmark: per shape (query and KV heads, requests, context
-# length; bf16 cache, one 16-query block per request), XQA's time over the kept-plan fa2 kernel's (below 1: XQA is
-# faster), the route the rule takes, and whether its pick is the faster kernel, **level** with it (slower, but within
-# the benchmark's resolution, given under the table) or slower:
+# The rule's numbers come from the evidence pass's kernel benchmark: per shape (heads, requests, context; bf16 cache,
+# one 16-query block per request), XQA's time over the kept-plan fa2 kernel's (below 1: XQA is faster), the rule's
+# route, and whether its pick is the faster kernel, **level** with it (the verdict says what that means) or slower:
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures.benchmarks import kernel_rows
-from dflash_fi.figures.draft_build import route_table
-from dflash_fi.lab.draft_route import TIE_MS, TIE_SHARE, final_draft_route, route_by_shape
-from dflash_fi.lab.routes import Prefill
+from dflash_fi.figures.draft_build import route_table, route_verdict
+from dflash_fi.notebook import section_note
+from dflash_fi.lab.draft_route import route_by_shape
 from dflash_fi.vocabulary import HOPPER
 
 kernels = recorded(lambda: S.read().rows(S.Section.BENCH_KERNELS), "the kernel benchmark")
 if kernels:
     shapes = [r for r in route_by_shape(kernel_rows(kernels), HOPPER) if r.kv_dtype == "bf16" and r.xqa_ms]
     show(route_table(shapes))
-    slower = [r for r in shapes if not r.faster and not r.level]
-    on_xqa = [r for r in shapes if r.route is Prefill.XQA]
-    wide = [r.xqa_ms > r.fa2_ms for r in shapes if r.num_qo_heads > 2 * r.num_kv_heads]
-    worst = f" (by at most {max(r.picked_ms / r.other_ms - 1 for r in slower):.0%})" if slower else ""
-    verdict(f"on {kernels['gpu']}, the rule's pick is the faster kernel at {sum(r.faster for r in shapes)} of "
-            f"{len(shapes)} shapes, level (within {TIE_SHARE:.0%} or {TIE_MS} ms) at {sum(r.level for r in shapes)}, "
-            f"slower at {len(slower)}{worst}. It takes XQA at {len(on_xqa)} shapes, each with at most "
-            f"{max(r.num_qo_heads // r.num_kv_heads for r in on_xqa)} query heads per KV head and at least "
-            f"{min(r.batch for r in on_xqa)} requests; with more query heads per KV head (Qwen3-4B's 32 / 8) fa2 is "
-            f"the faster at {sum(wide)} of {len(wide)} shapes.")
+    print(section_note(S.Section.BENCH_KERNELS))
+    verdict(route_verdict(shapes, kernels["gpu"]))
 
 # %% [markdown]
-# ## Step 7's build against the final step's (steps 8 and 9 together) and FLASH_ATTN's
+# ## The wait, and what steps 7-9 cut: four draft builds with the GPU busy
 #
-# The same kernel benchmark times the draft layers' real builders per requests x context, with a long kernel queued on
-# the GPU before each build (a build that waited would take about that kernel's time): step 7's builder (the
-# baseline: it plans at every step), the final step's (step 9: XQA where the rule takes it, else step 8's kept plan;
-# these rows are at the heads of the course's own small models, the embedded pair, given under the figure) and the
-# FLASH_ATTN draft's (vLLM's FlashAttention). The benchmark times no step-6 build and no step 8 apart from step 9:
+# The same benchmark times the draft layers' real builders per requests x context, with a long kernel queued on the
+# GPU before each build, so a build that waits takes about that kernel's time: step 6's (in passes that timed it),
+# step 7's (it plans every step), the final step's (steps 8 and 9 together) and the FLASH_ATTN draft's:
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.figures.draft_build import FLASH_ATTN, STEP7, build_figure
+from dflash_fi.figures.draft_build import build_figure, build_rows, build_verdict, final_paths
 from dflash_fi.figures.style import pyplot
 
-builds = [r for r in kernels["rows"] if "host_ms_busy" in r and r["kv_dtype"] == "bf16"] if kernels else []
+builds = build_rows(kernels)  # the bf16 cache's, at the heads of the course's small models (the embedded pair)
 if not builds:
     print("the kernel benchmark has no host-build rows yet: `dflash-fi bench kernels --record` on a GPU writes them")
 else:
-    cells = sorted({(r["batch"], r["context"]) for r in builds})
-    paths = {c: "XQA" if final_draft_route(HOPPER, "auto", builds[0]["num_qo_heads"], builds[0]["num_kv_heads"],
-                                           c[0]) is Prefill.XQA else "kept plan" for c in cells}
-    _, final = build_figure(builds, paths)
+    build_figure(builds, final_paths(builds))
     pyplot().show()
-    at = {(r["kernel"], r["batch"], r["context"]): r for r in builds}
-    step7, fa = STEP7, FLASH_ATTN
-    cut = {c: 1 - at[final, *c]["host_ms_busy"] / at[step7, *c]["host_ms_busy"] for c in cells}
-    over_fa = {c: at[final, *c]["host_ms_busy"] - at[fa, *c]["host_ms_busy"] for c in cells}
-    above = [d for d in over_fa.values() if d > 0]
-    verdict(f"on the embedded pair ({builds[0]['num_qo_heads']} query / {builds[0]['num_kv_heads']} KV heads), step "
-            f"7's build takes {min(at[step7, *c]['host_ms_busy'] for c in cells):.3f} to "
-            f"{max(at[step7, *c]['host_ms_busy'] for c in cells):.3f} ms with the GPU busy, far below the "
-            f"{builds[0]['busy_ms']:.0f} ms kernel queued before it, which a wait would cost (step 6's build, the one "
-            "that waits, is not in these rows: the GPU cell below times it). The final step cuts step 7's build by "
-            f"{min(cut.values()):.0%} to {max(cut.values()):.0%}, and is above the FLASH_ATTN draft's build at "
-            f"{len(above)} of {len(cells)} shapes" + (f", by up to {max(above):.3f} ms." if above else "."))
+    print(section_note(S.Section.BENCH_KERNELS))
+    verdict(build_verdict(builds))
 
 # %% [markdown]
 # ## On the GPU
 #
-# Here FlashInfer's real kernels run, bf16 and fp8 caches: step 7 planned from bounds against exact planning, and step
-# 8 on kept plans against fresh plans, each against the reference attention. Then the wait itself: step 6's and
-# step 7's draft builds timed with a kernel of a few milliseconds queued on the GPU before each.
+# FlashInfer's real kernels, bf16 and fp8 caches: step 7's plans from bounds against exact plans, step 8's kept plans
+# against fresh ones; then step 6's and step 7's draft builds, timed here with a kernel queued before each.
 
 # %% tags=["gpu", "nbval-ignore-output"]
 from dflash_fi.lab.draft_build import busy_build_ms
@@ -202,8 +171,8 @@ if session.gpu_cell():
     waited = {step: busy_build_ms(step) for step in (6, 7)}
     verdict(f"from bounds each batch computes what its exact plan does (largest difference "
             f"{max(r['bounds_vs_exact'] for r in bounded):.1e}); a kept plan what a fresh one does (largest "
-            f"{max(r['reused_vs_fresh_unsplit'] for r in reused):.1e}). With the GPU busy, step 6's draft build takes "
-            f"{waited[6]:.2f} ms (it waits for the queued kernel), step 7's {waited[7]:.2f} ms.")
+            f"{max(r['reused_vs_fresh_unsplit'] for r in reused):.1e}). With the GPU busy, the fastest of 20 draft builds "
+            f"takes {waited[6]:.2f} ms at step 6 (it waits for the queued kernel), {waited[7]:.2f} ms at step 7.")
     check("step 7 and step 8 compute what exact, fresh plans do, and step 6's build waits where step 7's does not",
           max(r["bounds_vs_exact"] for r in bounded) < 5e-3
           and all(r["reused_vs_fresh_unsplit"] == 0 and not r["writes_past_output"] for r in reused)
@@ -213,6 +182,9 @@ if session.gpu_cell():
 # ### Check
 
 # %%
+from dflash_fi.lab.draft_route import final_draft_route
+from dflash_fi.lab.routes import Prefill
+
 check("step 7 plans from bounds, copies nothing and reads step 6's page table; it plans nothing at target steps",
       lengths[6]["copied_from_gpu"] and not lengths[7]["copied_from_gpu"]
       and lengths[7]["kernel_indptr"] == lengths[6]["kernel_indptr"]
@@ -231,17 +203,15 @@ check(f"the route rule: XQA on SM 9.0 with bf16, at most {ratio} query heads per
 # ## What you saw, and what's next
 
 # %%
+from dflash_fi.figures.draft_build import busy_ranges
 from dflash_fi.upstream import Agreement, claim
 
 said = {k: claim(k) for k in ("host_bounds", "plan_once", "xqa_draft")}
 not_done = " and ".join(str(c.step) for c in said.values() if c.agreement is Agreement.NOT_DONE)
-busy = {n: [at[n, *c]["host_ms_busy"] for c in cells] for n in (step7, final, fa)} if builds else {}
-summary = "; ".join(f"{what} {min(busy[n]):.3f}-{max(busy[n]):.3f} ms" for what, n in (
-    ("step 7", step7), ("the final step", final), ("the FLASH_ATTN draft", fa))) if busy else "not recorded yet"
 verdict(f"a FlashInfer draft's build is host work paid at every decoding step, and `plan()` is most of it. Step 7 "
-        f"removes the wait for the GPU, step 8 the plan while the shape holds, step 9 the plan altogether where XQA is "
-        f"the faster kernel. Host ms per draft build (GPU busy): {summary}. Upstream's code has not done steps "
-        f"{not_done}; it puts {said['xqa_draft'].theirs} ({said['xqa_draft'].when()}), where step 9 keeps fa2 "
+        "removes the wait for the GPU, step 8 the plan while the shape holds, step 9 the plan altogether where XQA is "
+        f"the faster kernel. Host ms per draft build (GPU busy): {busy_ranges(builds)}. Upstream's code has not done "
+        f"steps {not_done}; it puts {said['xqa_draft'].theirs} ({said['xqa_draft'].when()}), where step 9 keeps fa2 "
         "wherever it is faster. Next, notebook 08: what the final draft costs end to end against FLASH_ATTN's.")
 
 # %% [markdown] tags=["appendix"]

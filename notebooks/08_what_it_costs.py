@@ -17,26 +17,10 @@
 # %% [markdown]
 # # 08 · What it costs: the final FlashInfer draft, end to end
 #
-# Notebooks 01-04 made DFlash's draft run on FlashInfer (PR #43081); notebook 06 kept vLLM's CUDA graphs for it, and
-# notebook 07 cut what its metadata build costs the host and gave the final step a rule that sends each shape to the
-# faster of two FlashInfer kernels. This notebook asks what all that costs where it is decided: inside a running engine,
-# per decoding step, against the draft vLLM's selector picks on Hopper, the **FLASH_ATTN draft** (the drafter's
-# attention on vLLM's FlashAttention). Then what the PR makes possible on the GPU it was written for.
-#
-# The words this notebook uses:
-#
-# - **decoding step**: the target verifies one block and the drafter drafts the next, in one forward of its layers.
-# - **the draft's own cost**: the two parts of a step that change with the draft's backend: the **host build** (the
-#   `build()` calls that make the draft's attention metadata, notebook 02) and the **draft attention** (the draft layers'
-#   attention kernels on the GPU, timed with CUDA events).
-# - **the final FlashInfer draft**: step 9's. Its **route** is the kernel it runs at a shape: FlashInfer's XQA kernel
-#   (no `plan()`), or step 8's fa2 kernel with its plan kept (notebook 07's rule picks).
-# - **median of paired rounds, its interval**: the engines take turns; each round gives one difference (final draft
-#   minus FLASH_ATTN draft); the estimate is the median over the rounds and the interval the 95 percent bootstrap interval over them. Every
-#   comparison here is made this one way.
-# - **A/A pair**: the same comparison between two FLASH_ATTN draft engines: what noise alone gives.
-# - **share of copy bandwidth**: how fast a kernel reads the KV cache, over the rate the GPU copies memory: a kernel that
-#   must read every byte once cannot exceed it.
+# Notebooks 01-07 made DFlash's draft run on FlashInfer, kept its CUDA graphs and cut its host build. This one measures,
+# inside running engines, what a **decoding step** (the target verifies a block, then the drafter drafts the next: one
+# forward each) pays for the draft on the **final FlashInfer draft** (step 9's) against the **FLASH_ATTN draft**
+# (vLLM's FlashAttention, what its selector picks on Hopper); then what the PR makes possible on an RTX 4090's path.
 
 # %% tags=["nbval-ignore-output"]
 import dflash_fi.records.summary as S
@@ -44,7 +28,7 @@ from dflash_fi.figures.costs import read_costs
 from dflash_fi.notebook import check, recorded, setup, show, show_source, skip, verdict
 
 session = setup("08_what_it_costs", reads=(S.Section.BENCH_E2E, S.Section.BENCH_KERNELS))
-costs = recorded(read_costs, "the draft's cost in the engine (`dflash-fi bench e2e --record`)")
+costs = recorded(read_costs, "the draft's cost in the engine, which the figure, tables and bottom line below read")
 
 # %% [markdown]
 # ## Where a decoding step pays for its draft
@@ -59,71 +43,39 @@ show_source(SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata,
             [(r"for attn_group in", r"per_layer_attn_metadata\[layer_name\]")])
 
 # %% [markdown]
-# The drafter's forward then runs its layers, and each calls its backend's `forward()` with that metadata:
-# FlashAttention's kernel for the FLASH_ATTN draft, XQA or the fa2 kernel for the final one. Where the draft's backend
-# is not the target's, the model runner also builds one more group each step, for the draft's layers (notebook 07). The
-# benchmark times the builds with the host's clock and the draft layers' attention with CUDA events, inside running
-# engines that differ only in the draft's backend: the target's work is the same in both, so what differs is the
-# draft's.
+# Then each draft layer calls its backend's `forward()` with that metadata: FlashAttention's kernel for the FLASH_ATTN
+# draft; for the final one, its **route**, the kernel notebook 07's rule picks at that shape (XQA, or step 8's fa2
+# with its plan kept). So the **draft's own cost** has two parts: the **host build** (every `build()` of a step, timed
+# with the host's clock) and the **draft attention** (CUDA events around each draft layer's attention, summed).
 #
 # ## The engines it runs
 #
-# Every engine is a plain `LLM(...)` with DFlash's `speculative_config`; they differ in the draft's attention backend
-# (`speculative_config`'s `attention_backend`) and, on the RTX 4090 path, in the KV cache and FlashAttention's version.
-# Per pair of models (the embedded pair, trained, and a Qwen3-4B-shaped pair, random weights: only time means anything
-# there): the FLASH_ATTN draft, its twin, and the final FlashInfer draft, all with vLLM's CUDA graphs. They take turns,
-# in rounds: the first warms up, the rest are measured, and a round's difference is between neighbours.
+# Per pair of models (the embedded pair, trained, and a Qwen3-4B-shaped pair with random weights: there only time means
+# anything): the FLASH_ATTN draft, its twin (the **A/A pair**: what noise alone gives) and the final draft, all with
+# CUDA graphs. They take turns in rounds; each round gives one difference, and every comparison below is the median over
+# the measured rounds with its bootstrap interval (the tables give its level). The engines as started, and what vLLM
+# resolved:
 
 # %%
-from dflash_fi.figures.cost_engines import planned_table, recorded_engines, resolved_table
+from dflash_fi.figures.cost_engines import engines_verdict, planned_table, recorded_engines, resolved_columns
 from dflash_fi.notebook import show_engine_calls
 from dflash_fi.steps import FINAL_STEP
 
 engines = recorded(recorded_engines, "the engine benchmark's engines") if costs else None
 if engines:
-    show_engine_calls([r.spec for r in engines])  # the calls as recorded, then what vLLM resolved in each
-    show(resolved_table(engines))
-    verdict("the calls above say what each engine asks for, the table what vLLM resolved: a pair's three draft-cost "
-            "engines should differ in the draft's backend only, with the same CUDA-graph mode.")
+    show_engine_calls([r.spec for r in engines], resolved_columns(engines))  # the calls, and what vLLM resolved
+    verdict(engines_verdict(engines, FINAL_STEP))
 else:
     show(planned_table(FINAL_STEP))
     verdict("the engines the benchmark starts, as planned; their `LLM(...)` calls and what vLLM resolved in each (the "
             "draft's backend, its CUDA-graph mode) show here once a GPU pass has recorded them.")
 
 # %% [markdown]
-# Inside each engine the benchmark measures the two parts of the draft's cost: the host build, timed with the host's
-# clock around every `build()` of a decoding step (the target's builds are the same in every engine, so a difference is
-# the draft's), and the draft attention, CUDA events around each draft layer's attention call, summed over the
-# drafter's layers. Both are taken per decoding step and compared by paired rounds, with the A/A pair beside them to
-# show how wide noise alone is.
-
-# %% [markdown]
-# ## On the GPU: the route here
-#
-# The final draft's route depends on the GPU it runs on (notebook 07's rule reads the compute capability). On a GPU,
-# this cell says which kernel the rule sends each of the benchmark's shapes down there: the embedded pair's drafter and
-# the Qwen3-4B-shaped one, at the benchmark's batches.
-
-# %% tags=["gpu"]
-from dflash_fi.lab.draft_route import final_draft_route
-from dflash_fi.lab.routes import Prefill
-from dflash_fi.models.recipe import TARGET_DIMS
-
-if session.gpu_cell():
-    for pair, heads in (("embedded pair", (TARGET_DIMS.num_attention_heads, TARGET_DIMS.num_key_value_heads)),
-                        ("Qwen3-4B shape", (32, 8))):
-        for batch in (1, 8, 32):
-            route = final_draft_route(session.gpu.capability, "auto", *heads, batch)
-            print(f"{pair}, {heads[0]}/{heads[1]} heads, batch {batch}: "
-                  + ("XQA" if route is Prefill.XQA else "fa2, plan kept"))
-
-# %% [markdown]
 # ## The draft's cost, in one picture
 #
-# Left, per pair of models and batch: how much more host build and draft attention a decoding step of the final draft
-# takes than one of the FLASH_ATTN draft (above 0: the final draft costs more), each a median with its interval;
-# behind each, in grey, the A/A pair's interval. Under each shape, the route the final draft took there. The right
-# panel shows the RTX 4090 path, described under its own heading below.
+# Left, per pair and batch: the final draft's host build and draft attention per decoding step minus the FLASH_ATTN
+# draft's (above 0: it costs more), with the A/A pair's interval behind each in grey and the route under each shape.
+# Right: the RTX 4090 path (its own heading below).
 
 # %%
 from dflash_fi.figures import cost_figure
@@ -134,18 +86,15 @@ if costs:
     cost_figure(costs)
     pyplot().show()  # the picture, then what it says
     verdict(figure_verdict(costs))
-else:
-    print("not drawn: the draft's cost is not recorded yet (the final GPU pass records it)")
 
 # %% [markdown]
 # ## The targets, shape by shape
 #
-# Two targets, judged on the estimates above (their bounds print with the verdict): the final draft's host build at
-# most the FLASH_ATTN draft's (steps 7-9 exist to cut it: a build that still costs more than FlashAttention's is work
-# left on the host), and its attention on the fastest FlashInfer kernel at that shape (the route's rule exists to pick
-# it: a slower one is a wrong route). When both hold, whatever it still loses to the FLASH_ATTN draft is the kernel's,
-# and the kernels' shares of copy bandwidth say how far each is from the limit. The kernel times are the kernel benchmark's, one attention call at the drafter's heads and the
-# shape's batch:
+# Two targets: the final draft's host build at most the FLASH_ATTN draft's (what steps 7-9 are for), and its attention
+# on the fastest FlashInfer kernel at that shape (what the route's rule is for). When both hold, what it still loses is
+# the kernel's; the kernel benchmark's times at each shape say how far each kernel is from the limit, as its **share
+# of copy bandwidth** (KV bytes read per second over the GPU's copy rate, which a kernel reading each byte once cannot
+# beat):
 
 # %%
 from dflash_fi.figures.costs import cost_table, targets_verdict
@@ -153,17 +102,14 @@ from dflash_fi.figures.costs import cost_table, targets_verdict
 if costs:
     show(cost_table(costs))
     verdict(targets_verdict(costs))
-else:
-    print("not recorded yet: the targets' outcomes come from the final GPU pass")
 
 # %% [markdown]
 # ## What the PR makes possible: the RTX 4090 path
 #
-# An RTX 4090 runs vLLM's FlashAttention 2, and with an FP8 KV cache the draft's only backend there is FlashInfer:
-# vLLM 0.22.1 refuses DFlash on that path (notebook 01), the PR runs it (notebook 04). The benchmark runs the path on the
-# evidence GPU (vLLM's FlashAttention 2 forced, an FP8 cache, the embedded pair): no speculation, DFlash with the PR's own draft (step 4),
-# and with the final draft. Tokens/s at the median step, the gains paired by round as above. It is the 4090's path,
-# not a 4090:
+# On an RTX 4090 (FlashAttention 2) with an FP8 cache the draft's only backend is FlashInfer: vLLM 0.22.1 refuses DFlash
+# there (notebook 01), the PR runs it (notebook 04). The benchmark runs that path on the evidence GPU (FlashAttention 2
+# forced, FP8 cache, the embedded pair; the 4090's path, not a 4090): no speculation, the PR's step-4 draft, the final
+# draft. Tokens/s at the median step, gains paired by round:
 
 # %%
 from dflash_fi.figures.costs import gain_table
@@ -173,8 +119,6 @@ if costs and costs.gains:
     best = max(costs.gains, key=lambda g: g.final_gain.value if g.final_gain else 0)
     verdict(f"on this path DFlash with the final draft runs at {best.final_gain.value:.2f}x no speculation's tokens/s "
             f"at batch {best.batch}, its best; the last column is what steps 5-9 add to the PR's draft there.")
-else:
-    print("not recorded yet: the RTX 4090 path's tokens/s come from the final GPU pass")
 
 # %% [markdown]
 # ## Bottom line
@@ -184,8 +128,6 @@ from dflash_fi.figures.costs import bottom_line
 
 if costs:
     verdict(bottom_line(costs))
-else:
-    print("not recorded yet: the bottom line is computed from the final GPU pass's numbers")
 
 # %% [markdown]
 # ### Check
@@ -200,12 +142,17 @@ if agrees and None not in agrees.values():
 else:
     skip("the route at every shape against its rule", "the routes and the drafter's heads are not recorded yet")
 
+# %% tags=["gpu"]
+if session.gpu_cell() and costs:  # the rule read at this GPU's compute capability, against the routes recorded
+    check(f"on this GPU (SM {session.gpu.sm}) the rule sends each shape where the benchmark's engines went",
+          all(route_agrees(costs, s, session.gpu.capability) for s in costs.shapes))
+
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# A decoding step's draft costs two things that depend on its backend, the host's metadata builds and the attention
-# kernel, and the benchmark measures both inside the engine, paired against the FLASH_ATTN draft with noise shown
-# beside them. Which of the two the final FlashInfer draft still pays, from the numbers:
+# A draft costs a decoding step two things that depend on its backend, the host build and the attention kernel,
+# measured here inside the engine against the FLASH_ATTN draft with noise beside them. Which one the final draft
+# still pays:
 
 # %%
 from dflash_fi.figures.cost_engines import remaining_cost

@@ -378,7 +378,7 @@ def test_notebook_08_describes_the_benchmarks_engines_as_the_benchmark_runs_them
     """Before a pass recorded them, notebook 08 describes the engine benchmark's engines from run ids alone: they are
     the benchmark's; once recorded, they are read back with what vLLM resolved in each."""
     from dflash_fi.errors import NoRecord
-    from dflash_fi.figures.cost_engines import planned_engines, planned_table, recorded_engines, resolved_table
+    from dflash_fi.figures.cost_engines import planned_engines, planned_table, recorded_engines, resolved_columns
     from dflash_fi.proof.bench.e2e import bench_runs, final_step
     from dflash_fi.records.engine import EngineRecord
     from dflash_fi.records.spec import RunSpec
@@ -391,7 +391,8 @@ def test_notebook_08_describes_the_benchmarks_engines_as_the_benchmark_runs_them
     record = EngineRecord(RunSpec(run=runs[0], target="t", drafter="d"), True, cudagraph_mode="FULL_AND_PIECEWISE")
     data = {**draft_cost_data(), "engines": [record.to_json()]}
     engines = recorded_engines(fresh_summary(tmp_path, data))
-    assert [e.run for e in engines] == [runs[0]] and "FULL_AND_PIECEWISE" in resolved_table(engines)
+    assert [e.run for e in engines] == [runs[0]]
+    assert resolved_columns(engines)[P.label(runs[0])]["CUDA-graph mode"] == "FULL_AND_PIECEWISE"
 
 
 def test_notebook_08_names_the_cost_that_remains_or_says_it_is_not_recorded(tmp_path):
@@ -399,4 +400,40 @@ def test_notebook_08_names_the_cost_that_remains_or_says_it_is_not_recorded(tmp_
     from dflash_fi.figures.costs import read_costs
 
     assert "not recorded yet" in remaining_cost(None)
-    assert remaining_cost(read_costs(fresh_summary(tmp_path))).startswith(("what the final draft", "no cost"))
+    # the fixture: attention above 0 at the Qwen3-4B shape's batches 8 and 32; no build interval above 0
+    assert remaining_cost(read_costs(fresh_summary(tmp_path))) == (
+        "what the final draft still pays over the FLASH_ATTN draft is the draft attention (its kernel) at 2 of 6 shapes.")
+
+
+def test_notebook_08_says_whether_each_pairs_engines_differ_in_the_drafts_backend_alone():
+    from dflash_fi.figures.cost_engines import engines_verdict, planned_engines
+    from dflash_fi.proof.bench.e2e import final_step
+    from dflash_fi.records.engine import Backend, EngineRecord
+    from dflash_fi.records.spec import RunSpec
+
+    flash_attn = Backend("vllm.v1.attention.backends.flash_attn.FlashAttentionBackend", "FLASH_ATTN")
+    flashinfer = Backend("vllm.v1.attention.backends.flashinfer.FlashInferBackend", "FLASHINFER", final_step())
+
+    def records(twin=flash_attn):
+        return [EngineRecord(RunSpec(run=run, target="t", drafter="d"), True, cudagraph_mode="FULL_AND_PIECEWISE",
+                             draft_backends=({"a": flash_attn, "aa": twin}.get(role, flashinfer),))
+                for run, role in planned_engines(final_step())]
+    assert engines_verdict(records(), final_step()).endswith("as the comparison needs")
+    assert "NOT what the comparison needs" in engines_verdict(records(twin=flashinfer), final_step())
+
+
+def test_acceptance_by_position_gives_a_run_its_own_style_whichever_runs_are_drawn(drawn, walkthrough):
+    import re
+
+    def style(fig, n):
+        line = fig.axes[0].lines[n]
+        return line.get_color(), line.get_marker(), line.get_linestyle()
+
+    two = figures.acceptance_by_position(walkthrough, [FLASH_ATTN, P.step_run(2)])  # notebook 02's
+    three = figures.acceptance_by_position(walkthrough, [FLASH_ATTN, P.step_run(2), P.step_run(3)])  # 03's
+    alone = figures.acceptance_by_position(walkthrough, [P.step_run(3)])
+    drawn(two), drawn(three), drawn(alone)
+    assert style(two, 0) == style(three, 0) and style(two, 1) == style(three, 1)
+    assert style(alone, 0) == style(three, 2) != style(three, 1)
+    taus = [t.splitlines()[0] for t in legend_texts(three) if ": tau " in t]
+    assert len(taus) == 3 and all(re.search(r": tau \d+\.\d{3}$", t) for t in taus)  # as the checks print tau

@@ -131,3 +131,28 @@ def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch
     without_gpu = notebook.Session(name="test")
     without_gpu.start_live(runs)
     assert without_gpu.run_live(runs) is None and started == [runs]
+
+
+def test_the_evidence_line_of_a_gpu_run_judges_what_it_reads_and_not_its_own_last_run(monkeypatch):
+    """On a GPU the execution is the notebook's run (the evidence pass records it when it ends), so its own last record
+    is not judged; the sections it reads are. Without a GPU the line judges both."""
+    import dflash_fi.records.summary as S
+    from dflash_fi.freshness import inputs
+    from dflash_fi.notebook import evidence_line
+    from dflash_fi.records.provenance import Provenance
+
+    def made(section, ran):
+        return S.Entry(section, Provenance("NVIDIA H200", "9.0", {}, "0" * 40, section.command,
+                                           "2026-12-05T01:00:00Z", inputs=ran), {})
+    old_run = S.NotebookRun(S.NotebookStatus.RAN, "NVIDIA H200", 40.0, {"source": "an older one"})
+    notebooks = made(S.Section.NOTEBOOKS, inputs(S.Section.NOTEBOOKS))
+    for walkthrough_ran, verdict in ((inputs(S.Section.WALKTHROUGH), "current"), ({"steps": "old"}, "older code")):
+        summary = S.Summary(S.EVIDENCE_DIR / "nvidia-h200.json",
+                            {S.Section.WALKTHROUGH: made(S.Section.WALKTHROUGH, walkthrough_ran),
+                             S.Section.NOTEBOOKS: notebooks})
+        monkeypatch.setattr(S, "read", lambda *a, _s=summary: _s)
+        monkeypatch.setattr(S.Summary, "notebooks", lambda self: {"04_trtllm_gating": old_run})
+        here = evidence_line("04_trtllm_gating", (S.Section.WALKTHROUGH,), running_on="NVIDIA H200")
+        assert here.startswith("evidence: this run, on the NVIDIA H200; walkthrough of the GPU pass of 2026-12-05, ")
+        assert verdict in here
+        assert "older code" in evidence_line("04_trtllm_gating", (S.Section.WALKTHROUGH,))  # its last run: older

@@ -1,5 +1,5 @@
 """The engines behind notebook 08, as a reader meets them: the engine benchmark's engines as its summary recorded them
-(their specs, for `show_engine_calls`; what each resolved: the draft's backend, vLLM's CUDA-graph mode), and,
+(their specs and what each resolved, the draft's backend and vLLM's CUDA-graph mode, for `show_engine_calls`), and,
 before a pass recorded them, the same engines described in words from their run ids (records only: no proof here);
 and which cost the final draft still pays, for the notebook's last words."""
 
@@ -57,19 +57,36 @@ def recorded_engines(summary=None) -> list:
     return [EngineRecord.from_json(e) for e in engines]
 
 
-def resolved_table(records: list) -> str:
-    """Markdown: per engine, the draft's backend as vLLM resolved it, vLLM's CUDA-graph mode and FlashAttention
-    version, where the records hold them."""
+def resolved_columns(records: list) -> dict[str, dict[str, str]]:
+    """Per engine (its label): the draft's backend as vLLM resolved it and vLLM's CUDA-graph mode and FlashAttention
+    version, where the records hold them: columns for `show_engine_calls`."""
     from dflash_fi.records.engine import short_backend
 
-    lines = ["| engine | pair | draft backend, resolved | CUDA-graph mode | FlashAttention version |",
-             "|---|---|---|---|---|"]
-    for r in records:
-        draft = ", ".join(sorted({short_backend(b) for b in r.draft_backends})) or ("-" if not r.run.speculative
-                                                                                  else "not recorded")
-        lines.append(f"| {label(r.run)} | {r.run.pair.value} | {draft} | {r.cudagraph_mode or 'not recorded'} | "
-                     f"{r.flash_attn_version or 'not recorded'} |")
-    return "\n".join(lines)
+    def draft(r) -> str:
+        return ", ".join(sorted({short_backend(b) for b in r.draft_backends})) or (
+            "-" if not r.run.speculative else "not recorded")
+    return {label(r.run): {"draft backend, resolved": draft(r), "CUDA-graph mode": r.cudagraph_mode or "not recorded",
+                           "FlashAttention": str(r.flash_attn_version or "not recorded")} for r in records}
+
+
+def engines_verdict(records: list, final_step: int) -> str:
+    """Whether each pair's three draft-cost engines resolved what the comparison needs: one CUDA-graph mode, and the
+    draft's backend the same in the FLASH_ATTN draft and its twin and another in the final draft."""
+    roles, drafts = dict(planned_engines(final_step)), resolved_columns(records)
+    parts, alike = [], True
+    for pair in dict.fromkeys(r.run.pair for r in records):
+        cost = {roles[r.run]: r for r in records if r.run.pair is pair and roles.get(r.run) in ("a", "aa", "final")}
+        if set(cost) != {"a", "aa", "final"}:
+            parts.append(f"{pair.value}: not all three recorded")
+            alike = False
+            continue
+        modes = sorted({str(r.cudagraph_mode) for r in cost.values()})
+        backend = {role: drafts[label(r.run)]["draft backend, resolved"] for role, r in cost.items()}
+        alike &= len(modes) == 1 and backend["a"] == backend["aa"] != backend["final"]
+        parts.append(f"{pair.value}: CUDA graphs {' / '.join(modes)}, drafts on {backend['a']} (twice) and "
+                     f"{backend['final']}")
+    return ("; ".join(parts) + (": each pair's engines differ in the draft's backend alone, as the comparison needs"
+                                if alike else ": NOT what the comparison needs (it compares more than the backend)"))
 
 
 def remaining_cost(costs) -> str:
@@ -84,7 +101,7 @@ def remaining_cost(costs) -> str:
     kernel = [s.name for s in costs.shapes if above(s.attention)]
     build = [s.name for s in costs.shapes if above(s.build)]
     if not kernel and not build:
-        return f"no cost remains: at none of {n} shapes does the final draft cost more than the FLASH_ATTN draft"
+        return f"no cost remains: at none of {n} shapes does the final draft cost more than the FLASH_ATTN draft."
     parts = [f"the draft attention (its kernel) at {len(kernel)} of {n} shapes"] if kernel else []
     parts += [f"the host build at {len(build)} of {n} shapes"] if build else []
-    return "what the final draft still pays over the FLASH_ATTN draft is " + " and ".join(parts)
+    return "what the final draft still pays over the FLASH_ATTN draft is " + " and ".join(parts) + "."

@@ -1,7 +1,6 @@
-"""What the final FlashInfer draft costs end to end (notebook 08): its cost per decoding step against the FLASH_ATTN
-draft's, host build and GPU attention, and the RTX 4090 path's gain. Read as data from the evidence summary's
-engine-benchmark section (`draft_cost`, `rtx4090`, `method`), as the benchmark judged it: nothing here judges again.
-Its tables and bottom line are here; its figure is `dflash_fi.figures.benchmarks.cost_figure`."""
+"""What the final FlashInfer draft costs end to end (notebook 08), its tables and bottom line: its cost per decoding
+step against the FLASH_ATTN draft's, and the RTX 4090 path's gain, read from the engine benchmark's section
+(`draft_cost`, `rtx4090`, `method`) as the benchmark judged it (nothing here judges again)."""
 
 from __future__ import annotations
 
@@ -135,17 +134,15 @@ def read_costs(summary=None) -> Costs:
 
 
 def cost_table(costs: Costs) -> str:
-    """Markdown: per shape, the two parts of the draft's cost with the A/A pair's interval and each target's outcome,
-    and the kernels timed at that shape with their share of copy bandwidth."""
-    lines = ["| pair, batch | route | host build, ms [95%] | A/A | build target: at most FLASH_ATTN's | draft attention, ms "
-             "[95%] | A/A | kernels at this shape, per call (share of copy bandwidth) | kernel target: the fastest "
-             "FlashInfer |", "|---|" + "---|" * 8]
+    """Markdown: per shape, the draft's two costs with each target's outcome (the A/A intervals: the figure's), and the
+    kernels timed at that shape with their share of copy bandwidth."""
+    lines = ["| pair, batch | route | host build, ms [95%]: at most FLASH_ATTN's? | draft attention, ms [95%] | kernels "
+             "ms per call (share of copy bandwidth): the route the fastest FlashInfer? |", "|---|---|---|---|---|"]
     for s in costs.shapes:
-        timed = " · ".join(f"{KERNEL_NAMES.get(k.kernel, k.kernel)} {k.ms:.4f} ms ({k.share_of_copy:.0%})"
+        timed = " · ".join(f"{KERNEL_NAMES.get(k.kernel, k.kernel)} {k.ms:.4f} ({k.share_of_copy:.0%})"
                            for k in sorted(s.kernels, key=lambda k: k.ms)) or "not measured"
-        lines.append(f"| {s.name} | {KERNEL_NAMES.get(s.route, s.route or '-')} | {_text(s.build)} | "
-                     f"{_text(s.build_aa)} | **{s.build_outcome.value}** | {_text(s.attention)} | "
-                     f"{_text(s.attention_aa)} | {timed} | **{s.kernel_outcome.value}** |")
+        lines.append(f"| {s.name} | {KERNEL_NAMES.get(s.route, s.route or '-')} | {_text(s.build)}: "
+                     f"**{s.build_outcome.value}** | {_text(s.attention)} | {timed}: **{s.kernel_outcome.value}** |")
     return "\n".join(lines)
 
 
@@ -243,17 +240,20 @@ def recorded_on(costs: Costs) -> str:
     parts += [", ".join(f"{tokens} new tokens a turn ({PAIR_NAMES.get(pair, pair)})"
                         for pair, tokens in m.get("new_tokens", {}).items())]
     parts += [f"kernel times at context {m['kernel_context']}"] if "kernel_context" in m else []
+    parts += [f"{m['layer_calls_over_lead']} of {m['layer_calls_timed']} draft attention calls timed had host work "
+              "longer than the GPU sleep before them (those may hold host time)"] if m.get("layer_calls_timed") else []
     return "; ".join(p for p in parts if p)
 
 
-def route_agrees(costs: Costs, shape: ShapeCost) -> bool | None:
-    """Whether the route recorded at `shape` is the one step 9's rule (`dflash_fi.lab.draft_route`) gives there; None
-    where the drafter's heads were not recorded."""
+def route_agrees(costs: Costs, shape: ShapeCost, capability: tuple | None = None) -> bool | None:
+    """Whether the route recorded at `shape` is the one step 9's rule (`dflash_fi.lab.draft_route`) gives there, on
+    the benchmark's GPU or at `capability`; None where the drafter's heads were not recorded."""
     from dflash_fi.lab.draft_route import final_draft_route
     from dflash_fi.lab.routes import Prefill
 
     if shape.heads is None:
         return None
-    rule = final_draft_route(tuple(map(int, costs.compute_capability.split("."))), "auto", *shape.heads, shape.batch)
+    capability = capability or tuple(map(int, costs.compute_capability.split(".")))
+    rule = final_draft_route(tuple(capability), "auto", *shape.heads, shape.batch)
     # the kept-plan fa2 path is the final step's FlashInfer wrapper: the benchmarks name it either way
     return shape.route in ({"flashinfer-xqa"} if rule is Prefill.XQA else {"dflash-fi-final", "flashinfer-fa2"})

@@ -42,6 +42,8 @@ _WRITTEN = (
          "the layers of one model that share a backend and a KV-cache layout. vLLM builds one metadata object per "
          "group and batch (one `build()` call), which all its layers read; the draft's layers are a group of their "
          "own, apart from the target's."),
+    Term("attention sink", (r"attention[- ]sinks?",), "a learned per-head logit that some models add to the "
+         "softmax's denominator; FlashInfer serves such models with a wrapper of its own."),
     Term("cascade attention", (r"\bcascade\b",), "where every request of a batch shares a long prefix, vLLM's "
          "FlashInfer builder can attend over that prefix once for all of them and over each request's own tokens "
          "apart, merging the two (FlashInfer's `MultiLevelCascadeAttentionWrapper`); `build()` chooses it per batch "

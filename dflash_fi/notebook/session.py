@@ -71,7 +71,15 @@ class Session:
                     f"live, in this notebook, on {self.gpu.name} ({LIVE_PROMPTS} prompts x {LIVE_NEW_TOKENS} tokens)")
         walkthrough = S.read().walkthrough()
         return ({run: walkthrough.records[run] for run in runs if run in walkthrough.records}, walkthrough.reference,
-                f"the evidence summary's walkthrough, not run here: {S.describe(walkthrough.provenance)}")
+                f"the evidence summary's walkthrough, not run here: {S.describe(walkthrough.provenance)}"
+                + (f"; {older}" if (older := _walkthrough_older()) else ""))
+
+    def judged(self) -> str:
+        """How this notebook's walkthrough checks were judged, for a check's detail: live here, or by the evidence
+        pass (on older code, when the walkthrough ran other code than the code here)."""
+        if self.live:
+            return "live"
+        return "as the evidence pass judged them" + (", on older code" if _walkthrough_older() else "")
 
     def check(self, records: dict, reference: dict) -> list:
         """The walkthrough's checks of these records (by RunId): judged now on live records, or as the evidence pass
@@ -96,23 +104,48 @@ class Session:
             ran = self.check(records, reference)
         if absent := [run for run in runs if run not in records]:
             skip(f"the checks that need {len(absent)} more of these engines", "not recorded yet (a GPU runs them live)")
-        check(f"these {len(ran)} walkthrough checks pass", bool(ran) and all(c.passed for c in ran),
-              "live" if self.live else "as the evidence pass judged them")
+        check(f"these {len(ran)} walkthrough checks pass", bool(ran) and all(c.passed for c in ran), self.judged())
         return ran
 
 
 def _changed(found: list) -> str:
-    """What differs between the pass and the code here, in at most eight words."""
+    """What differs between the pass and the code here, in a few words."""
     if not all(s.recorded for s in found):
-        return "older code: a pass before inputs were hashed"
+        return "older code (that pass did not record what it ran): its numbers may change"
     names = sorted({name for s in found for name in s.changed})
-    return "older code: " + ", ".join(names[:5]) + (f" +{len(names) - 5} more" if len(names) > 5 else "") + " changed"
+    return ("older code (changed since: " + ", ".join(names[:5]) + (f" +{len(names) - 5} more" if len(names) > 5
+                                                                     else "") + "): its numbers may change")
 
 
-def evidence_line(name: str, reads: tuple = ()) -> str:
-    """One short line: which GPU pass this notebook's evidence comes from (its GPU and date) and whether what it ran
-    (this notebook's run: its steps, the plugin, the loader, the versions, its own source; and the sections it
-    `reads`: records.summary.Section) is the code here; when not, which inputs changed."""
+_SECTION_NAMES = {"walkthrough": "Walkthrough", "bench-kernels": "Kernel benchmark", "bench-e2e": "Engine benchmark"}
+
+
+def section_note(section, summary=None) -> str:
+    """One line under what a notebook draws from a summary section (records.summary.Section): the GPU pass it comes
+    from, and whether that ran the code here."""
+    import dflash_fi.records.summary as S
+    from dflash_fi.freshness import stale
+
+    summary = summary or S.read()
+    made, found = summary.entry(section).provenance, stale(summary, (section,))
+    return (f"{_SECTION_NAMES.get(section.key, section.key)}: {made.gpu or 'GPU'} pass of {made.finished_at[:10]} "
+            f"(commit {(made.commit or '?')[:10]}), {_changed(found) if found else 'this code'}.")
+
+
+def _walkthrough_older() -> str:
+    """'' when the summary's walkthrough ran the code here, else what `_changed` says of it."""
+    import dflash_fi.records.summary as S
+    from dflash_fi.freshness import stale
+
+    found = stale(S.read(), (S.Section.WALKTHROUGH,))
+    return _changed(found) if found else ""
+
+
+def evidence_line(name: str, reads: tuple = (), running_on: str | None = None) -> str:
+    """One short line: where this notebook's evidence comes from and whether it is the code here. Without a GPU: the
+    GPU pass that last ran this notebook (its steps, the plugin, the loader, the versions, its own source) and the
+    summary's sections it `reads` (records.summary.Section); when they ran other code, which inputs changed.
+    `running_on` (a GPU's name): this execution is the notebook's run, so only the sections it reads are judged."""
     import dflash_fi.records.summary as S
     from dflash_fi.errors import NoRecord
     from dflash_fi.freshness import stale, stale_notebook
@@ -121,11 +154,18 @@ def evidence_line(name: str, reads: tuple = ()) -> str:
         summary = S.read()
     except NoRecord:
         return "evidence: no GPU pass recorded yet (cells that read it say so)"
+    reads = tuple(k for k in reads if k in summary.entries)
+    if running_on:
+        older = [s for s in stale(summary, reads) if s]
+        sections = ", ".join(k.key for k in reads)
+        return (f"evidence: this run, on the {running_on}" + (f"; {sections} of the GPU pass of "
+                f"{summary.entries[reads[0]].provenance.finished_at[:10]}, " + (_changed(older) if older else "current")
+                if reads else ""))
     made = next(summary.entries[k] for k in (*reads, S.Section.NOTEBOOKS, *summary.entries)
                 if k in summary.entries).provenance
     ran = summary.notebooks().get(name) if S.Section.NOTEBOOKS in summary.entries else None
     found = [stale_notebook(summary, name, STEPS_OF_NOTEBOOK.get(name, ()))] if ran else []
-    found = [s for s in found + stale(summary, tuple(reads)) if s]
+    found = [s for s in found + stale(summary, reads) if s]
     verdict = _changed(found) if found else "current" if ran or reads else "this notebook not run on it"
     return f"evidence: {made.gpu or 'GPU'} pass of {made.finished_at[:10]}, {verdict}"
 
@@ -142,7 +182,8 @@ def setup(name: str, live: list | None = None, reads: tuple | None = None) -> Se
     quiet_vllm(f"notebook-{name}")
     gpu = cuda_gpu()
     here = f"GPU {gpu.name} (SM {gpu.sm})" if gpu else "no GPU here (its GPU cells skip)"
-    print(f"{here} · {evidence_line(name, (Section.WALKTHROUGH,) if reads is None and live else reads or ())}")
+    reads = (Section.WALKTHROUGH,) if reads is None and live else reads or ()
+    print(f"{here} · {evidence_line(name, reads, gpu.name if gpu else None)}")
     session = Session(name=name, gpu=gpu)
     if live and gpu:
         session.start_live(live)
@@ -150,13 +191,14 @@ def setup(name: str, live: list | None = None, reads: tuple | None = None) -> Se
     return session
 
 
-def show_engine_calls(runs: list) -> None:
+def show_engine_calls(runs: list, resolved: dict | None = None) -> None:
     """Engines as a reader would start them, one script each: the `LLM(...)` call they share, once, then a table of
-    what each changes. `runs`: RunSpecs, or the walkthrough's RunIds (run at the live cells' size)."""
+    what each changes, with `resolved`'s columns (engine label -> column -> text: what vLLM made of it). `runs`:
+    RunSpecs, or the walkthrough's RunIds (run at the live cells' size)."""
     from IPython.display import display
 
     from dflash_fi.proof.evidence.live import engine_calls
 
-    listing, table = engine_calls(runs)
+    listing, table = engine_calls(runs, resolved)
     display(listing)
     show(table)

@@ -68,7 +68,7 @@ def _same_tau(record: EngineRecord, other: EngineRecord, tolerance: float = KERN
         parted = sum(x != y for x, y in zip(ours.tokens, theirs.tokens)) if ours.tokens and theirs.tokens else None
         note = f"; outputs parted{f' on {parted} of {ours.num_requests} requests' if parted else ''}, other text"
     return Judged(_rel(a, b) <= tolerance,
-                  f"tau {a:.4f} vs {b:.4f} ({_rel(a, b):.2%}, tolerance {tolerance:.0%}{note})",
+                  f"tau {a:.3f} vs {b:.3f} ({_rel(a, b):.2%}, tolerance {tolerance:.0%}{note})",
                   {"tau": a, "tau_other": b, "relative": _rel(a, b), "tolerance": tolerance})
 
 

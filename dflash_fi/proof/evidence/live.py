@@ -69,9 +69,10 @@ def live_outcome(record) -> str:
     return "runs" if record.ok else f"fails: {outcome(record)}"
 
 
-def engine_calls(runs: list):
+def engine_calls(runs: list, resolved: dict | None = None):
     """(listing, markdown table): engines as a reader would start them, the `LLM(...)` call they share once, then
-    what each changes. `runs`: RunSpecs, or the walkthrough's RunIds (at the live cells' size)."""
+    what each changes (and `resolved`'s columns, by engine label). `runs`: RunSpecs, or the walkthrough's RunIds (at
+    the live cells' size)."""
     from dflash_fi.figures.engine_calls import engine_calls as picture
     from dflash_fi.plugin import STEP_ENV
     from dflash_fi.proof.engine.spec import SHOWN_ARGUMENTS, engine_arguments
@@ -82,4 +83,4 @@ def engine_calls(runs: list):
 
     specs = [r if isinstance(r, RunSpec) else live_spec(r, LIVE_PROMPTS, LIVE_NEW_TOKENS) for r in runs]
     calls = {label(s.run): {k: v for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
-    return picture(calls, {label(s.run): s.run.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS, REPO_ROOT)
+    return picture(calls, {label(s.run): s.run.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS, REPO_ROOT, resolved)
