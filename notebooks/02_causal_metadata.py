@@ -128,22 +128,14 @@ with wrapped_lines():
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import acceptance_by_position
+from dflash_fi.figures.acceptance import causal_drift_verdict
 
 from matplotlib import pyplot as plt
 
 acceptance_by_position(records, live_runs, title="Step 2 runs silently causal: acceptance per draft position",
                        reference=reference)
 plt.show()  # the picture, then what it says
-fa, s2 = (records[run].generate().acceptance.per_position for run in live_runs)
-ref = reference["per_position_acceptance"]
-to_causal, to_noncausal = (sum(abs(x - y) for x, y in zip(s2, ref[k])) / len(s2) for k in ("causal", "noncausal"))
-under = {k: max(abs(x - y) for x, y in zip(run, ref[k])) for k, run in (("noncausal", fa), ("causal", s2))}
-verdict(f"in the figure the dashed non-causal reference lies under the FLASH_ATTN draft's line (at most "
-        f"{under['noncausal']:.3f} apart) and the dashed causal one under step 2's (at most {under['causal']:.3f}). "
-        f"On {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is {to_causal:.3f} from "
-        f"the reference's causal curve on average and {to_noncausal:.3f} from its "
-        f"non-causal one: it drafts causally. At the first position it accepts {s2[0]:.2f} of drafts against the "
-        f"FLASH_ATTN draft's {fa[0]:.2f}.")
+verdict(causal_drift_verdict(records, live_runs, reference))
 
 # %% [markdown]
 # ### Check

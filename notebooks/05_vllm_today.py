@@ -41,7 +41,7 @@ print(f"{len(SHA256)} files of vLLM {', '.join(VERSIONS)} read, each as pinned")
 # into prefill and decode, each `plan()`'s causality, `metadata.causal`, cascade, refusals and warnings.
 
 # %%
-from dflash_fi.figures.today import comparison_table
+from dflash_fi.figures.today import comparison_table, difference_words
 from dflash_fi.lab.merged import Difference, compare, difference
 
 builds = compare(seeds=8)
@@ -53,9 +53,9 @@ mixed = {b.config for b in differ} & {b.config for b in builds if kinds[b] is No
 named = sorted({k for k in kinds.values() if k is not None}, key=lambda k: k.name)
 verdict(f"{len(builds) - len(differ)} of {len(builds)} builds decide every field alike. The {len(differ)} that "
         f"differ all have an NVFP4 KV cache, and fall in {len(named)} named kinds "
-        f"({', '.join(k.name for k in named)}): one is another PR of 0.24.0, the other is step 3 refusing NVFP4 "
-        f"before `build()` writes anything. The configurations column adds up to more than {len(configs)} because "
-        f"{len(mixed)} configurations have builds in both rows.")
+        f"({'; '.join(difference_words(k)[0] for k in named)}): one is another PR of 0.24.0, the other is step 3 "
+        f"refusing NVFP4 before `build()` writes anything. The configurations column adds up to more than "
+        f"{len(configs)} because {len(mixed)} configurations have builds in both rows.")
 
 # %% [markdown]
 # ## The places the lesson taught, release by release
@@ -81,15 +81,9 @@ verdict(f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.
 # %% [markdown]
 # ## The priority lists of 0.33.0
 #
-# Notebook 01's selector walks a **priority list** per GPU and takes the first backend whose
-# `validate_configuration` says yes. 0.33.0's `cuda.py` cannot be imported against vLLM 0.22.1, so its
-# `_get_backend_priorities` is compiled from its source alone, with a stand-in `AttentionBackendEnum` whose members
-# are their names (the same done to 0.22.1's function gives what 0.22.1's own returns: the check at the end). Only
-# the order of FLASH_ATTN and FLASHINFER matters here: TRITON_ATTN, FLEX_ATTENTION and TURBOQUANT, vLLM's other
-# backends for these layers, are reached only when both of those refuse.
-#
-# First the lines of that function where the lists part: a non-causal layer (`use_non_causal`) skips the SM 10.x
-# list, FlashInfer first, and gets the other GPUs' list, FLASH_ATTN first. Then what the function returns.
+# Notebook 01's selector takes the first backend of a GPU's **priority list** whose `validate_configuration` says
+# yes. In 0.33.0 a non-causal layer (`use_non_causal`) skips SM 10.x's list, FlashInfer first, for the other GPUs',
+# FLASH_ATTN first: vLLM's lines, then what the function returns (how it is read: appendix).
 
 # %%
 from IPython.display import display
@@ -177,6 +171,12 @@ verdict(f"PR #43081 is in vLLM {MERGED} as steps 1-4 wrote it: {len(builds) - le
 # 0.22.1, 0.24.0 and 0.33.0 are read, so "in 0.33.0, not in 0.24.0" is all this notebook can say about when a change
 # came. The merged lab imports 0.24.0's `flashinfer.py` unchanged; the rest of vLLM is 0.22.1's, and one name that
 # file imports, `PIN_MEMORY`, is given 0.24.0's meaning.
+#
+# 0.33.0's `cuda.py` cannot be imported against vLLM 0.22.1, so its `_get_backend_priorities` is compiled from its
+# source alone, with a stand-in `AttentionBackendEnum` whose members are their names; the same done to 0.22.1's
+# function gives what 0.22.1's own returns (the check). Only the order of FLASH_ATTN and FLASHINFER matters here:
+# TRITON_ATTN, FLEX_ATTENTION and TURBOQUANT, vLLM's other backends for these layers, are reached only when both of
+# those refuse.
 #
 # Every claim about upstream, steps 1-9 (notebooks 06 and 07 read their own rows):
 

@@ -17,13 +17,17 @@
 # %% [markdown]
 # # 06 · CUDA-graph claims and the mode the runner resolves: steps 5 and 6
 #
-# A **CUDA graph** records a step's GPU kernels once and replays them, each reading the addresses it read at capture: a
-# later `plan()` is never seen. vLLM's default, `FULL_AND_PIECEWISE`, replays uniform batches as **FULL** graphs
-# (attention inside), the rest as **PIECEWISE** ones (attention eager between captured pieces).
+# A **CUDA graph** replays a step's captured kernels on the addresses read at capture: a later `plan()` is never seen.
+# vLLM's default, `FULL_AND_PIECEWISE`, replays uniform batches in **FULL** graphs (attention inside) if every
+# attention builder *claims* it may (`get_cudagraph_support`), the rest **PIECEWISE** (attention eager). Step 5
+# takes #48167's fix of FlashInfer's claim and a faster draft kernel; step 6 makes a claim FlashInfer can keep.
 #
-# May attention sit in a FULL graph? Each backend's builder *claims* a level (`get_cudagraph_support`), e.g.
-# `UNIFORM_BATCH`: batches of one query count per request (all levels: 00's glossary). Step 5 takes upstream's fix of
-# FlashInfer's claim (#48167) and a faster kernel for draft blocks; step 6 makes a claim FlashInfer can keep.
+# | claim | attention may sit in a FULL graph for |
+# |---|---|
+# | `ALWAYS` | every batch |
+# | `UNIFORM_BATCH` | batches of one query length per request, such as verify steps (1 + 15 tokens each) |
+# | `UNIFORM_SINGLE_TOKEN_DECODE` | batches of one-token decodes |
+# | `NEVER` | no batch |
 
 # %% tags=["nbval-ignore-output"]
 import dflash_fi.records.summary as S
@@ -48,9 +52,8 @@ show_source(GPUModelRunner._check_and_update_cudagraph_mode,
             mark=(r"self.vllm_config, kv_cache_group", r"resolve_cudagraph_mode_and"))
 
 # %% [markdown]
-# The branch the lesson turns on, in `resolve_cudagraph_mode_and_sizes`: a verify step is 1 + 15 tokens per request
-# (`uniform_decode_query_len` 16), so a weakest claim below `UNIFORM_BATCH` turns `FULL_AND_PIECEWISE` into
-# `PIECEWISE`, for every layer of the engine:
+# The branch the lesson turns on: verify steps of 1 + 15 tokens a request and a claim below `UNIFORM_BATCH` make the
+# whole engine `PIECEWISE`:
 
 # %%
 from vllm.config import CompilationConfig
@@ -59,10 +62,8 @@ show_source(CompilationConfig.resolve_cudagraph_mode_and_sizes,
             [(r"# check that if we are doing spec-decode", r"cudagraph_mode = CUDAGraphMode\.PIECEWISE$")],
             mark=(r"UNIFORM_BATCH\.value$", r"cudagraph_mode = CUDAGraphMode.PIECEWISE$"))
 
-# %% [markdown]
-# Steps 4-6's claims on pretended GPUs, as vLLM resolves them (FLASH_ATTN target; draft config: `use_non_causal`):
-
 # %%
+# Steps 4-6's claims on pretended GPUs, as vLLM resolves them (FLASH_ATTN target; draft config: use_non_causal)
 from dflash_fi.lab.graphs import cudagraph_claims, format_claims
 from dflash_fi.vocabulary import BLACKWELL, HOPPER
 
@@ -117,9 +118,9 @@ if kernels:
 # %% [markdown]
 # ## Step 6: a claim FlashInfer can keep
 #
-# Without TRTLLM, a verify batch (causal, 16 queries a request) runs FlashInfer's prefill wrapper. Made with
-# `use_cuda_graph=True`, a wrapper keeps its buffers at fixed addresses that `plan()` fills before each replay. Step 6
-# keeps one per batch size (appendix), claims `UNIFORM_BATCH` for causal configs; a draft block keeps step 3's wrapper:
+# Without TRTLLM a verify batch (causal) runs FlashInfer's prefill wrapper; made with `use_cuda_graph=True`, its buffers
+# stay where `plan()` refills them for each replay. Step 6 keeps one per batch size, claims `UNIFORM_BATCH` for causal
+# configs; a draft block keeps step 3's wrapper:
 
 # %%
 from dflash_fi.lab.routes import path_label
@@ -147,19 +148,15 @@ show_engine_calls(live_runs)
 live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.figures.today import identical_outputs, tau_verdict
-from dflash_fi.notebook import label, short_backend
+from dflash_fi.figures.today import engines_table, identical_outputs, tau_verdict
 
 records, reference, source = session.evidence(live_runs)
-names = lambda backends: ", ".join(sorted({short_backend(b) for b in backends})) or "-"
-show(f"{source}\n\n| engine | target layers | draft layers | CUDA-graph mode | tau |\n|---|---|---|---|---|\n"
-     + "\n".join(f"| {label(run)} | {names(r.target_backends)} | {names(r.draft_backends)} | {r.cudagraph_mode} | "
-                 + (f"{r.tau:.3f}" if r.tau else "-") + " |" for run, r in records.items()))
+show(f"{source}\n\n{engines_table(records)}")
 at4, at6 = (records[run] for run in live_runs[1:])
 seen, _, _ = session.evidence([runs.step_run(4), *live_runs])  # 04's engine too: the summary's, one prompt set
 same = identical_outputs(seen, live_runs[1], live_runs[0])
-verdict(f"step 4's FlashInfer engine resolves {at4.cudagraph_mode}, step 6's {at6.cudagraph_mode}: with step 6 every "
-        f"verify batch replays in a FULL graph through a graph prefill wrapper."
+verdict(f"step 4's FlashInfer engine resolves {at4.cudagraph_mode}, step 6's {at6.cudagraph_mode}: every verify batch "
+        f"in a FULL graph, through a graph prefill wrapper."
         + tau_verdict(at4, at6, seen.get(runs.step_run(4)), seen.get(live_runs[1]), same))
 
 # %% [markdown]
@@ -191,12 +188,11 @@ check("step 6 keeps SM 9.0's FULL_AND_PIECEWISE (step 5: PIECEWISE), with either
 from dflash_fi.upstream import claim
 
 graph_claim, wrappers_claim = claim("noncausal_graph_claim"), claim("graph_prefill_wrappers")
-verdict(f"one CUDA-graph mode per engine, from the weakest claim, asked with the target's config: with a FlashInfer "
-        f"draft on SM 9.0, {hopper[5]['resolved_mode']} through step 5. {graph_claim.prs[0]} keeps a non-causal "
-        f"draft block out of FULL graphs ({graph_claim.when()}); step 6's graph prefill wrappers win "
-        f"the FULL graphs back ({hopper[6]['resolved_mode']}), changing {len(moved)} of {len(wrappers[6])} batches' "
-        f"wrapper. Upstream {wrappers_claim.agreement.value.removeprefix('upstream ')} ({wrappers_claim.theirs}). "
-        "Next, notebook 07: what a draft's metadata build still costs the host.")
+verdict(f"the weakest claim sets one mode: on SM 9.0 a FlashInfer draft gives {hopper[5]['resolved_mode']} "
+        f"through step 5 ({graph_claim.prs[0]} keeps draft blocks out of FULL graphs, {graph_claim.when()}); step "
+        f"6's graph wrappers win back {hopper[6]['resolved_mode']}, changing {len(moved)} of "
+        f"{len(wrappers[6])} batches' wrapper. Upstream {wrappers_claim.agreement.value.removeprefix('upstream ')} "
+        f"({wrappers_claim.theirs}). Next, 07: what a draft's metadata build costs the host.")
 
 # %% [markdown] tags=["appendix"]
 # ## Appendix: step 5's kernel hunks, step 6's wrappers, both steps' diffs

@@ -47,14 +47,13 @@ show_source(SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata,
 # draft; for the final one, its **route**, the kernel notebook 07's rule picks at that shape (XQA, or step 8's fa2
 # with its plan kept). So the **draft's own cost** has two parts: the **host build** (every `build()` of a step, timed
 # with the host's clock) and the **draft attention** (CUDA events around each draft layer's attention, summed).
-#
+
+# %% [markdown]
 # ## The engines it runs
 #
-# Per pair of models (the embedded pair, trained, and a Qwen3-4B-shaped pair with random weights: there only time means
-# anything): the FLASH_ATTN draft, its twin (the **A/A pair**: what noise alone gives) and the final draft, all with
-# CUDA graphs. They take turns in rounds; each round gives one difference, and every comparison below is the median over
-# the measured rounds with its bootstrap interval (the tables give its level). The engines as started, and what vLLM
-# resolved:
+# Per pair of models (the embedded pair, trained; a Qwen3-4B-shaped pair, random weights: only its times mean
+# anything): the FLASH_ATTN draft, its twin (the **A/A pair**: noise alone) and the final draft, with CUDA graphs, taking
+# turns in rounds; each comparison below is a median over the rounds with its bootstrap interval:
 
 # %%
 from dflash_fi.figures.cost_engines import engines_verdict, planned_table, recorded_engines, resolved_columns
@@ -133,7 +132,7 @@ if costs:
 # ### Check
 
 # %%
-from dflash_fi.figures.costs import route_agrees
+from dflash_fi.figures.cost_engines import route_agrees
 
 agrees = {s.name: route_agrees(costs, s) for s in costs.shapes} if costs else {}
 if agrees and None not in agrees.values():

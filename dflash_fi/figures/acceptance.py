@@ -134,3 +134,20 @@ def pr_tau_verdict(records: dict[RunId, EngineRecord], reference: dict) -> str:
             + "; ".join(f"{name} {t:.3f} ({t / tau[step_run(4)] - 1:+.1%} from step 4)" for name, t in fp8)
             + ": an FP8 cache rounds what both models attend over, so tau moves a few percent, far above the causal "
             "prediction.")
+
+
+def causal_drift_verdict(records: dict[RunId, EngineRecord], runs, reference: dict) -> str:
+    """Notebook 02's verdict on its figure: `runs` = (the FLASH_ATTN draft, step 2); how close each lies to the
+    reference decoder's curve it should match, and whether step 2 is nearer the causal curve or the non-causal one."""
+    fa, s2 = (records[run].generate().acceptance.per_position for run in runs)
+    ref = reference["per_position_acceptance"]
+    mean = {k: sum(abs(x - y) for x, y in zip(s2, ref[k])) / len(s2) for k in ("causal", "noncausal")}
+    under = {k: max(abs(x - y) for x, y in zip(run, ref[k])) for k, run in (("noncausal", fa), ("causal", s2))}
+    drafts = "causally" if mean["causal"] < mean["noncausal"] else "not causally"
+    return (f"in the figure the dashed non-causal reference lies under the FLASH_ATTN draft's line (at most "
+            f"{under['noncausal']:.3f} apart) and the dashed causal one under step 2's (at most "
+            f"{under['causal']:.3f}). "
+            f"On {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is {mean['causal']:.3f} "
+            f"from the reference's causal curve on average and {mean['noncausal']:.3f} from its non-causal one: it "
+            f"drafts {drafts}. At the first position it accepts {s2[0]:.2f} of drafts against the FLASH_ATTN draft's "
+            f"{fa[0]:.2f}.")

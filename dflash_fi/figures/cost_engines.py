@@ -1,7 +1,7 @@
 """The engines behind notebook 08, as a reader meets them: the engine benchmark's engines as its summary recorded them
 (their specs and what each resolved, the draft's backend and vLLM's CUDA-graph mode, for `show_engine_calls`), and,
 before a pass recorded them, the same engines described in words from their run ids (records only: no proof here);
-and which cost the final draft still pays, for the notebook's last words."""
+whether each shape's route is the one its rule gives; and which cost the final draft still pays, for the last words."""
 
 from __future__ import annotations
 
@@ -83,8 +83,8 @@ def engines_verdict(records: list, final_step: int) -> str:
         modes = sorted({str(r.cudagraph_mode) for r in cost.values()})
         backend = {role: drafts[label(r.run)]["draft backend, resolved"] for role, r in cost.items()}
         alike &= len(modes) == 1 and backend["a"] == backend["aa"] != backend["final"]
-        parts.append(f"{pair.value}: CUDA graphs {' / '.join(modes)}, drafts on {backend['a']} (twice) and "
-                     f"{backend['final']}")
+        parts.append(f"{pair.value}: CUDA graphs {' / '.join(modes)}, the FLASH_ATTN draft and its twin on "
+                     f"{backend['a']}, the final draft on {backend['final']}")
     return ("; ".join(parts) + (": each pair's engines differ in the draft's backend alone, as the comparison needs"
                                 if alike else ": NOT what the comparison needs (it compares more than the backend)"))
 
@@ -105,3 +105,17 @@ def remaining_cost(costs) -> str:
     parts = [f"the draft attention (its kernel) at {len(kernel)} of {n} shapes"] if kernel else []
     parts += [f"the host build at {len(build)} of {n} shapes"] if build else []
     return "what the final draft still pays over the FLASH_ATTN draft is " + " and ".join(parts) + "."
+
+
+def route_agrees(costs, shape, capability: tuple | None = None) -> bool | None:
+    """Whether the route recorded at `shape` is the one step 9's rule (`dflash_fi.lab.draft_route`) gives there, on
+    the benchmark's GPU or at `capability`; None where the drafter's heads were not recorded."""
+    from dflash_fi.lab.draft_route import final_draft_route
+    from dflash_fi.lab.routes import Prefill
+
+    if shape.heads is None:
+        return None
+    capability = capability or tuple(map(int, costs.compute_capability.split(".")))
+    rule = final_draft_route(tuple(capability), "auto", *shape.heads, shape.batch)
+    # the kept-plan fa2 path is the final step's FlashInfer wrapper: the benchmarks name it either way
+    return shape.route in ({"flashinfer-xqa"} if rule is Prefill.XQA else {"dflash-fi-final", "flashinfer-fa2"})

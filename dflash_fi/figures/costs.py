@@ -64,6 +64,7 @@ class ShapeCost:
     build_outcome: Outcome
     kernels: tuple[KernelTime, ...]  # what the kernel benchmark timed at this shape, where recorded with it
     kernel_outcome: Outcome
+    fastest: str | None = None  # the fastest FlashInfer kernel the kernel benchmark timed at this shape
 
     @property
     def name(self) -> str:
@@ -80,7 +81,7 @@ class ShapeCost:
                    d["aa_within"],
                    Outcome[d["build_outcome"]], tuple(KernelTime(k["kernel"], k["ms"], k["share_of_copy"])
                                                       for k in d.get("kernels", ())),
-                   Outcome[d.get("kernel_outcome", "NOT_MEASURED")])
+                   Outcome[d.get("kernel_outcome", "NOT_MEASURED")], d.get("fastest_flashinfer"))
 
 
 @dataclass(frozen=True)
@@ -134,15 +135,16 @@ def read_costs(summary=None) -> Costs:
 
 
 def cost_table(costs: Costs) -> str:
-    """Markdown: per shape, the draft's two costs with each target's outcome (the A/A intervals: the figure's), and the
-    kernels timed at that shape with their share of copy bandwidth."""
-    lines = ["| pair, batch | route | host build, ms [95%]: at most FLASH_ATTN's? | draft attention, ms [95%] | kernels "
-             "ms per call (share of copy bandwidth): the route the fastest FlashInfer? |", "|---|---|---|---|---|"]
+    """Markdown: per shape, the draft's two costs with each target's outcome (the A/A intervals: the figure's), the
+    route's kernel as the kernel benchmark timed it, and the fastest FlashInfer kernel there."""
+    def timed(k: KernelTime | None) -> str:
+        return "not measured" if k is None else f"{KERNEL_NAMES.get(k.kernel, k.kernel)} {k.ms:.4f} ({k.share_of_copy:.0%})"
+    lines = ["| pair, batch | host build, ms [95%]: at most FLASH_ATTN's? | draft attention, ms [95%] | route: its kernel, "
+             "ms per call (share of copy bandwidth) | the fastest FlashInfer kernel: the route's? |", "|---|---|---|---|---|"]
     for s in costs.shapes:
-        timed = " · ".join(f"{KERNEL_NAMES.get(k.kernel, k.kernel)} {k.ms:.4f} ({k.share_of_copy:.0%})"
-                           for k in sorted(s.kernels, key=lambda k: k.ms)) or "not measured"
-        lines.append(f"| {s.name} | {KERNEL_NAMES.get(s.route, s.route or '-')} | {_text(s.build)}: "
-                     f"**{s.build_outcome.value}** | {_text(s.attention)} | {timed}: **{s.kernel_outcome.value}** |")
+        fastest = "the route's" if s.fastest in (None, s.route) else timed(s.kernel(s.fastest))
+        lines.append(f"| {s.name} | {_text(s.build)}: **{s.build_outcome.value}** | {_text(s.attention)} | "
+                     f"{timed(s.kernel(s.route))} | {fastest}: **{s.kernel_outcome.value}** |")
     return "\n".join(lines)
 
 
@@ -187,8 +189,9 @@ def targets_verdict(costs: Costs) -> str:
     return (f"the host-build target{bounds} is met at {count[Outcome.MET]} of {n} shapes, missed at "
             f"{count[Outcome.MISSED]}, unresolved at {count[Outcome.UNRESOLVED]} (its interval holds the target); the "
             f"route runs the fastest FlashInfer kernel{within} at {sum(s.kernel_outcome is Outcome.MET for s in costs.shapes)}"
-            f". The A/A pair stayed within its bound at {sum(s.aa_within for s in costs.shapes)}: where it did not, that "
-            "shape's intervals are as wide as noise.")
+            f". The A/A pair stayed within its bound at {sum(s.aa_within for s in costs.shapes)}"
+            + ("." if all(s.aa_within for s in costs.shapes) else ": where it did not, that shape's intervals are as "
+               "wide as noise."))
 
 
 def bottom_line(costs: Costs) -> str:
@@ -220,12 +223,14 @@ def bottom_line(costs: Costs) -> str:
         text += (f" Its route runs the fastest FlashInfer kernel at {sum(s.kernel_outcome is Outcome.MET for s in shapes)}"
                  f" of {n} shapes.")
     if costs.gains:
+        batches = ", ".join(str(g.batch) for g in costs.gains)
+
         def gains(pick):
-            return ", ".join("-" if pick(g) is None else f"{pick(g).value:.2f}x" for g in costs.gains)
+            shown = ["-" if pick(g) is None else f"{pick(g).value:.2f}x" for g in costs.gains]
+            return (f"{shown[0]} {{}} at every batch" if len(set(shown)) == 1 else ", ".join(shown) + " {} at batch "
+                    + batches).format("no speculation's tokens/s")
         text += (f" On the RTX 4090 path, where FlashInfer is the draft's only backend, DFlash with the final draft runs "
-                 f"at {gains(lambda g: g.final_gain)} no speculation's tokens/s at batch "
-                 f"{', '.join(str(g.batch) for g in costs.gains)}; with the PR's own step-4 draft at "
-                 f"{gains(lambda g: g.step4_gain)}.")
+                 f"at {gains(lambda g: g.final_gain)}; with the PR's own step-4 draft at {gains(lambda g: g.step4_gain)}.")
     else:
         text += " The RTX 4090 path's gain is not recorded yet."
     return text
@@ -243,17 +248,3 @@ def recorded_on(costs: Costs) -> str:
     parts += [f"{m['layer_calls_over_lead']} of {m['layer_calls_timed']} draft attention calls timed had host work "
               "longer than the GPU sleep before them (those may hold host time)"] if m.get("layer_calls_timed") else []
     return "; ".join(p for p in parts if p)
-
-
-def route_agrees(costs: Costs, shape: ShapeCost, capability: tuple | None = None) -> bool | None:
-    """Whether the route recorded at `shape` is the one step 9's rule (`dflash_fi.lab.draft_route`) gives there, on
-    the benchmark's GPU or at `capability`; None where the drafter's heads were not recorded."""
-    from dflash_fi.lab.draft_route import final_draft_route
-    from dflash_fi.lab.routes import Prefill
-
-    if shape.heads is None:
-        return None
-    capability = capability or tuple(map(int, costs.compute_capability.split(".")))
-    rule = final_draft_route(tuple(capability), "auto", *shape.heads, shape.batch)
-    # the kept-plan fa2 path is the final step's FlashInfer wrapper: the benchmarks name it either way
-    return shape.route in ({"flashinfer-xqa"} if rule is Prefill.XQA else {"dflash-fi-final", "flashinfer-fa2"})

@@ -2,6 +2,7 @@
 `dflash_fi.upstream.CLAIMS` (its claims table is also notebooks 06's and 07's), and one count notebook 06 reads.
 
     comparison_table(builds)   step 4 against vLLM 0.24.0: how many builds agree, and each named difference
+    difference_words(kind)     a named difference in plain words: its label and a short why
     places_table()             each place the lesson taught: what changed it from release to release, and why
     place_diffs()              the same places' diffs, folded, one box per release step
     noncausal_branch()         0.33.0's `_get_backend_priorities`, its `use_non_causal` branch, from the pinned wheel
@@ -9,6 +10,7 @@
     claims_table(claims)       each claim: this project's step against what upstream's code shows, and when
     told(claims)               what upstream's code does at each claim, its PRs and since when, as one clause
     identical_outputs(records, run, baseline)   how many of a run's outputs equal its baseline's, of how many
+    engines_table(records)     notebook 06's engines: backends and CUDA-graph mode vLLM resolved, and tau
 """
 
 from __future__ import annotations
@@ -19,9 +21,20 @@ from dflash_fi.figures.listings import Listing, details_block, diff_block, stack
 from dflash_fi.vocabulary import sm
 
 
+def difference_words(kind) -> tuple[str, str]:
+    """A `dflash_fi.lab.merged.Difference` in plain words: (its row label, a short why); its value is the long why."""
+    from dflash_fi.lab.merged import Difference
+
+    return {Difference.NVFP4_NEEDS_SM100F: ("NVFP4 cache off SM 10.x", "0.24.0 refuses when the builder is made"),
+            Difference.NVFP4_REFUSED_LATER: ("NVFP4 cache, non-causal batch",
+                                             "both refuse; 0.24.0 later, after it wrote the page table"),
+            Difference.UNEXPLAINED: ("unexplained", "nothing named explains it")}[kind]
+
+
 def comparison_table(builds: list) -> str:
     """One row per kind of difference (the same first), then every build: a configuration can have builds in two
-    rows (some alike, some not), so the rows' configurations add up to more than the total's."""
+    rows (some alike, some not), so the rows' configurations add up to more than the total's. Each kind's long why
+    follows the table, one line each."""
     from dflash_fi.lab.merged import difference
 
     groups = collections.defaultdict(list)
@@ -29,13 +42,15 @@ def comparison_table(builds: list) -> str:
         groups[difference(build)].append(build)
     lines = ["| step 4 against vLLM 0.24.0 | builds | configurations with such a build | decisions that differ | why |",
              "|---|---|---|---|---|"]
-    for kind, members in sorted(groups.items(), key=lambda kv: kv[0] is not None):
-        configs = {b.config for b in members}
+    kinds = sorted(groups, key=lambda kind: (kind is not None, kind and kind.name))
+    for kind in kinds:
+        configs, members = {b.config for b in groups[kind]}, groups[kind]
         fields = sorted({f for b in members for f in b.differing})
-        lines.append(f"| {'the same' if kind is None else kind.name} | {len(members)} | {len(configs)} | "
-                     f"{', '.join(fields) or '-'} | {'-' if kind is None else kind.value} |")
+        label, why = ("the same", "-") if kind is None else difference_words(kind)
+        lines.append(f"| {label} | {len(members)} | {len(configs)} | {', '.join(fields) or '-'} | {why} |")
     lines.append(f"| **all** | {len(builds)} | {len({b.config for b in builds})} | | |")
-    return "\n".join(lines)
+    notes = [f"*{difference_words(kind)[0]}*: {kind.value}." for kind in kinds if kind is not None]
+    return "\n".join(lines) + "".join(f"\n\n{note}" for note in notes)
 
 
 def _lines(diff: str) -> str:
@@ -125,15 +140,14 @@ def identical_outputs(records: dict, run, baseline) -> tuple[int, int] | None:
     tokens where `records` (RunId -> EngineRecord) hold them, a live run's; else the evidence summary's count, made
     when its pass still had them. None where neither has the pair."""
     import dflash_fi.records.summary as S
-    from dflash_fi.records.runs import RunId, Workload
+    from dflash_fi.records.runs import Workload
 
     ours, theirs = (records[r].generate() if r in records else None for r in (run, baseline))
     if ours and theirs and ours.tokens and theirs.tokens:
         return sum(a == b for a, b in zip(ours.tokens, theirs.tokens)), len(ours.tokens)
-    rows = S.read().entry(S.Section.WALKTHROUGH).data.get("sameness", ())
-    row = next((r for r in rows if r["workload"] == Workload.UNIFORM.value and RunId.from_json(r["run"]) == run
-                and RunId.from_json(r["baseline"]) == baseline), None)
-    return None if row is None else (row["requests"] - row["parted"], row["requests"])
+    row = next((r for r in S.read().walkthrough().sameness
+                if (r.run, r.baseline, r.workload) == (run, baseline, Workload.UNIFORM.value)), None)
+    return None if row is None else (row.identical, row.requests)
 
 
 def fa2_verdict(gpu: str, over: dict) -> str:
@@ -157,15 +171,29 @@ def tau_verdict(at4, at6, eager, ours, same: tuple[int, int] | None) -> str:
 
     out = ""
     if at4.tau and at6.tau:
-        out += (f" Tau: {at4.tau:.2f} at step 4, {at6.tau:.2f} at step 6 ({at6.tau / at4.tau - 1:+.1%}); a graph "
-                "changes how a step runs, not what the draft computes, so a gap comes from the texts decoded.")
+        out += (f" Tau {at4.tau:.2f} at step 4, {at6.tau:.2f} at step 6 ({at6.tau / at4.tau - 1:+.1%}): a graph "
+                "changes how a step runs, not what it computes.")
     if eager is not None and ours is not None and eager.tau and ours.tau and same:
         target = ", ".join(sorted({short_backend(b) for b in eager.target_backends}))
-        out += (f" Notebook 04's eager step 4 ({target} target) has tau {eager.tau:.3f} on the prompts where this "
-                f"step 4 has {ours.tau:.3f}: the target's kernels decide the text at near-ties, and the text which "
-                f"drafts are accepted; even against plain decoding on its own FlashInfer target only {same[0]}/{same[1]} of "
-                "this step 4's outputs are identical.")
+        out += (f" Notebook 04's eager step 4 ({target} target) has tau {eager.tau:.3f} where this one has "
+                f"{ours.tau:.3f}: at near-ties the target's kernels pick the text, and so which drafts are accepted; "
+                f"only {same[0]}/{same[1]} of its outputs equal plain decoding's on the same target.")
     return out
+
+
+def engines_table(records: dict) -> str:
+    """Notebook 06's engines (RunId -> EngineRecord): the backends vLLM resolved for target and draft layers, the
+    CUDA-graph mode it resolved, and tau ('-' where none)."""
+    from dflash_fi.records.engine import short_backend
+    from dflash_fi.records.runs import label
+
+    def names(backends) -> str:
+        return ", ".join(sorted({short_backend(b) for b in backends})) or "-"
+
+    lines = ["| engine | target layers | draft layers | CUDA-graph mode | tau |", "|---|---|---|---|---|"]
+    lines += [f"| {label(run)} | {names(r.target_backends)} | {names(r.draft_backends)} | {r.cudagraph_mode} | "
+              + (f"{r.tau:.3f}" if r.tau else "-") + " |" for run, r in records.items()]
+    return "\n".join(lines)
 
 
 def replay_table(bites: dict, batches) -> str:

@@ -174,8 +174,7 @@ def results_page() -> str:
               _sections(summary), ""]
     if S.Section.WALKTHROUGH in summary.entries:
         walkthrough = summary.walkthrough()
-        records, margin, checks = walkthrough.records, walkthrough.margin, walkthrough.checks
-        same = summary.entry(S.Section.WALKTHROUGH).data["sameness"]
+        records, margin, checks, same = walkthrough.records, walkthrough.margin, walkthrough.checks, walkthrough.sameness
         parts += ["## The walkthrough", "", render_table(records, same), "",
                   "### Mixed batches (the same engines' second workload)", "", render_mixed_table(records, same), "",
                   "### Its checks", "", "As the walkthrough judged them when it ran.", "",

@@ -68,3 +68,29 @@ class Check:
     def from_json(cls, data: dict) -> "Check":
         return cls(CheckId.from_json(data["id"]), data["name"], Verdict[data["verdict"]], data["detail"],
                    data.get("numbers") or {})
+
+
+@dataclass(frozen=True)
+class Sameness:
+    """A run's greedy output against a baseline's on one workload, counted once while the tokens were there: how
+    many requests parted, the largest gap at a parting, how many at a confident token (no recorded gap)."""
+
+    run: RunId
+    baseline: RunId
+    workload: str  # records.runs.Workload's value
+    requests: int
+    parted: int
+    largest_gap: float | None
+    confident: int
+    logprobs: bool  # whether the baseline recorded its near-ties
+
+    @property
+    def identical(self) -> int:
+        return self.requests - self.parted
+
+    def to_json(self) -> dict:
+        return {**self.__dict__, "run": self.run.to_json(), "baseline": self.baseline.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Sameness":
+        return cls(**{**data, "run": RunId.from_json(data["run"]), "baseline": RunId.from_json(data["baseline"])})

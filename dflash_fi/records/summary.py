@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from dflash_fi.errors import BadInput, NoRecord
-from dflash_fi.records.checks import Check
+from dflash_fi.records.checks import Check, Sameness
 from dflash_fi.records.engine import EngineRecord
 from dflash_fi.records.provenance import Provenance, describe  # noqa: F401 (describe: read with the summary)
 from dflash_fi.records.raw import keep, raw_dir, replace_file, Tee  # noqa: F401 (the pass's other files)
@@ -81,6 +81,7 @@ class Walkthrough:
     margin: float | None  # the near-tie margin
     checks: tuple[Check, ...]  # as the pass judged them
     provenance: Provenance
+    sameness: tuple[Sameness, ...] = ()  # each run's output against its baselines', counted in the pass
 
 
 class NotebookStatus(Enum):
@@ -158,7 +159,8 @@ class Summary:
         records = {r.run: r if r.provenance else replace(r, provenance=entry.provenance)
                    for r in (EngineRecord.from_json(e) for e in entry.data["records"])}
         return Walkthrough(records, entry.data["reference"], entry.data["margin"],
-                           tuple(Check.from_json(c) for c in entry.data["checks"]), entry.provenance)
+                           tuple(Check.from_json(c) for c in entry.data["checks"]), entry.provenance,
+                           tuple(Sameness.from_json(r) for r in entry.data.get("sameness", ())))
 
     def notebooks(self) -> dict[str, NotebookRun]:
         """Each notebook's last run in a pass, by its name (e.g. '01_choosing_a_backend')."""

@@ -13,7 +13,7 @@ from dflash_fi.records.provenance import Provenance
 from dflash_fi.proof.engine.spec import validate
 from dflash_fi.records.spec import RunSpec
 from dflash_fi.proof.evidence import plan as P
-from dflash_fi.records.checks import Check, CheckId, CheckKind as K
+from dflash_fi.records.checks import Check, CheckId, CheckKind as K, Sameness
 from dflash_fi.proof.evidence.checks import KERNEL_TOLERANCE, REFERENCE_TOLERANCE, Verdict, check_records, checks
 from dflash_fi.proof.evidence.near_ties import measure_margin, near_tie_verdict, partings
 from dflash_fi.proof.evidence.plan import walkthrough_plan
@@ -249,6 +249,7 @@ def test_tables_have_a_row_per_run_and_no_speed():
     records = good_records()
     records[S(3)] = ok(S(3), 4.0, tokens=PARTED_AT_A_TIE)
     same = sameness_rows(records)
+    assert [Sameness.from_json(json.loads(json.dumps(r.to_json()))) for r in same] == same  # kept as data
     table = render_table({run: compact(r) for run, r in records.items()}, same)  # as the summary keeps them
     assert len(table.splitlines()) == 2 + len(walkthrough_plan()) and "tokens/s" not in table
     assert f"| {label(S(1))} | AssertionError at first draft step |" in table

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from dflash_fi.records.checks import Sameness
 from dflash_fi.records.runs import RunId, Workload, label
 from dflash_fi.records.engine import EngineRecord, outcome, short_backend
 from dflash_fi.records.outputs import Role
@@ -24,7 +25,7 @@ def compact(record: EngineRecord) -> EngineRecord:
     return replace(record, generates=generates, flash_attn_log_lines=(), rounds=(), build_profiles=(), provenance=None)
 
 
-def sameness_rows(records: dict[RunId, EngineRecord]) -> list[dict]:
+def sameness_rows(records: dict[RunId, EngineRecord]) -> list[Sameness]:
     """Per run, workload and baseline: how many requests parted, the largest gap at a parting, how many at a confident
     token (no recorded gap)."""
     rows = []
@@ -37,10 +38,9 @@ def sameness_rows(records: dict[RunId, EngineRecord]) -> list[dict]:
                     continue
                 parted = partings(ours, theirs, workload)
                 gaps = [p["gap"] for p in parted if p["gap"] is not None]
-                rows.append({"run": run.to_json(), "baseline": baseline.to_json(), "workload": workload.value,
-                             "requests": ours.generate(workload).num_requests, "parted": len(parted),
-                             "largest_gap": max(gaps) if gaps else None, "confident": len(parted) - len(gaps),
-                             "logprobs": theirs.generate(workload).near_ties is not None})
+                rows.append(Sameness(run, baseline, workload.value, ours.generate(workload).num_requests, len(parted),
+                                     max(gaps) if gaps else None, len(parted) - len(gaps),
+                                     theirs.generate(workload).near_ties is not None))
     return rows
 
 
@@ -53,22 +53,21 @@ def graphs(record: EngineRecord) -> str:
     return (record.cudagraph_mode or "-") if record.run.cuda_graphs else "eager"
 
 
-def sameness(run: RunId, baseline: RunId, rows: list[dict], workload: Workload = Workload.UNIFORM) -> str:
+def sameness(run: RunId, baseline: RunId, rows: list[Sameness], workload: Workload = Workload.UNIFORM) -> str:
     """"32/32 identical to 'no speculation'", or with how many parted and the largest gap where they did."""
-    row = next((r for r in rows if RunId.from_json(r["run"]) == run and RunId.from_json(r["baseline"]) == baseline
-                and r["workload"] == workload.value), None)
+    row = next((r for r in rows if (r.run, r.baseline, r.workload) == (run, baseline, workload.value)), None)
     if row is None:
         return "-"
-    same = f"{row['requests'] - row['parted']}/{row['requests']} identical to '{label(baseline)}'"
-    if not row["parted"]:
+    same = f"{row.identical}/{row.requests} identical to '{label(baseline)}'"
+    if not row.parted:
         return same
-    if not row["logprobs"]:
+    if not row.logprobs:
         return same + " (no logprobs recorded)"
-    return same + (f"; parted at gaps up to {row['largest_gap']:.3f}" if row["largest_gap"] is not None else "") + (
-        f"; {row['confident']} at a confident token" if row["confident"] else "")
+    return same + (f"; parted at gaps up to {row.largest_gap:.3f}" if row.largest_gap is not None else "") + (
+        f"; {row.confident} at a confident token" if row.confident else "")
 
 
-def render_table(records: dict[RunId, EngineRecord], rows: list[dict]) -> str:
+def render_table(records: dict[RunId, EngineRecord], rows: list[Sameness]) -> str:
     """One markdown row per run: outcome, backends, graph mode, tau, acceptance, output against its baseline.
     No tokens/s: the walkthrough's engines share the GPU (the benchmarks time engines alone)."""
     lines = ["| run | outcome | target backend | draft backend | CUDA graphs | tau | acceptance, positions 1-5 | "
@@ -94,7 +93,7 @@ def above_largest_graph(record: EngineRecord, workload: Workload = Workload.MIXE
     return sum(b.above_largest_graph for b in run.builds if b.key.role is Role.TARGET)
 
 
-def render_mixed_table(records: dict[RunId, EngineRecord], rows: list[dict]) -> str:
+def render_mixed_table(records: dict[RunId, EngineRecord], rows: list[Sameness]) -> str:
     """The mixed-batch rows: each against its baselines' mixed workload, tau beside the FLASH_ATTN draft's."""
     fa = records.get(P.FLASH_ATTN_GRAPHS)
     fa_tau = fa.generate(Workload.MIXED).tau if fa and fa.generate(Workload.MIXED) else None

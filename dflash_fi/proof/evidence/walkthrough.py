@@ -59,7 +59,7 @@ def write_section(records: dict, reference: dict, margin: dict, results: list, s
     from dflash_fi.stack import run_context
 
     data = {"reference": {k: v for k, v in reference.items() if k != "per_prompt"}, "margin": margin,
-            "records": [compact(r).to_json() for r in records.values()], "sameness": sameness_rows(records),
+            "records": [compact(r).to_json() for r in records.values()], "sameness": [r.to_json() for r in sameness_rows(records)],
             "models": next((r.provenance.models for r in records.values() if r.provenance), {}),
             "checks": [c.to_json() for c in results]}
     return str(S.write(S.Section.WALKTHROUGH, data, provenance(S.Section.WALKTHROUGH, run_context(), seconds)))
@@ -151,8 +151,9 @@ def _main(num_prompts: int, max_new_tokens: int, started: float):
         records = walkthrough.records
         print(f"\n   The walkthrough of the committed evidence summary, not re-run here: "
               f"{S.describe(walkthrough.provenance)}\n")
-        print(render_table(records, S.read().entry(S.Section.WALKTHROUGH).data["sameness"]))
-        print("\n" + render_mixed_table(records, S.read().entry(S.Section.WALKTHROUGH).data["sameness"]))
+        same = walkthrough.sameness
+        print(render_table(records, same))
+        print("\n" + render_mixed_table(records, same))
         return 0, None
     records, margin, results = run_gpu_walkthrough(num_prompts, max_new_tokens, reference)
     same = sameness_rows(records)
