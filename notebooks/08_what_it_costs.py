@@ -51,9 +51,9 @@ show_source(SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata,
 # %% [markdown]
 # ## The engines it runs
 #
-# Per pair of models (the embedded pair, trained; a Qwen3-4B-shaped pair, random weights: only its times mean
-# anything): the FLASH_ATTN draft, its twin (the **A/A pair**: noise alone) and the final draft, with CUDA graphs, taking
-# turns in rounds; each comparison below is a median over the rounds with its bootstrap interval:
+# Per pair of models (the embedded pair, trained; a Qwen3-4B-shaped pair, random weights: only its times mean anything):
+# the FLASH_ATTN draft, its twin (the **A/A pair**: noise alone) and the final draft, with CUDA graphs, taking turns in
+# rounds; each comparison below is a median over the rounds with its bootstrap interval:
 
 # %%
 from dflash_fi.figures.cost_engines import engines_verdict, planned_table, recorded_engines, resolved_columns
@@ -117,7 +117,8 @@ if costs and costs.gains:
     show(gain_table(costs))
     best = max(costs.gains, key=lambda g: g.final_gain.value if g.final_gain else 0)
     verdict(f"on this path DFlash with the final draft runs at {best.final_gain.value:.2f}x no speculation's tokens/s "
-            f"at batch {best.batch}, its best; the last column is what steps 5-9 add to the PR's draft there.")
+            f"at batch {best.batch}, its best; the column 'final over step 4' is what steps 5-9 add to the PR's draft "
+            "there.")
 
 # %% [markdown]
 # ## Bottom line

@@ -66,7 +66,7 @@ def resolved_columns(records: list) -> dict[str, dict[str, str]]:
         return ", ".join(sorted({short_backend(b) for b in r.draft_backends})) or (
             "-" if not r.run.speculative else "not recorded")
     return {label(r.run): {"draft backend, resolved": draft(r), "CUDA-graph mode": r.cudagraph_mode or "not recorded",
-                           "FlashAttention": str(r.flash_attn_version or "not recorded")} for r in records}
+                           "FlashAttention version": str(r.flash_attn_version or "not recorded")} for r in records}
 
 
 def engines_verdict(records: list, final_step: int) -> str:

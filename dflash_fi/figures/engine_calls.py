@@ -25,9 +25,16 @@ class Difference:
     value: object = None
     absent: bool = False
 
+    @property
+    def _argument(self) -> str:
+        return self.path[0] + "".join(f"[{key!r}]" for key in self.path[1:])
+
     def __str__(self) -> str:  # rendered for the table, never read back
-        shown = self.path[0] + "".join(f"[{key!r}]" for key in self.path[1:])
-        return f"no {shown}" if self.absent else f"{shown}={self.value!r}"
+        return f"no {self._argument}" if self.absent else f"{self._argument}={self.value!r}"
+
+    def markdown(self) -> str:
+        """As a table cell: the code in a code span, "no" outside it."""
+        return f"no `{self._argument}`" if self.absent else f"`{self}`"
 
 
 def common_call(calls: dict[str, dict]) -> tuple[dict, dict[str, list[Difference]]]:
@@ -94,7 +101,7 @@ def engine_calls(calls: dict[str, dict], steps: dict[str, int], env: str, order:
     columns = list(dict.fromkeys(c for row in (resolved or {}).values() for c in row))
     table = ["| engine | step | what it changes in the call above | " + "".join(f"{c} | " for c in columns),
              "|---|---|---|" + "---|" * len(columns)]
-    table += [f"| {name} | {steps[name]} | " + ("; ".join(f"`{d}`" for d in differences[name]) or "nothing") + " | "
+    table += [f"| {name} | {steps[name]} | " + ("; ".join(d.markdown() for d in differences[name]) or "nothing") + " | "
               + "".join(f"{(resolved or {}).get(name, {}).get(c, '-')} | " for c in columns) for name in calls]
     return code_block("\n".join(lines), f"The call every engine below makes ({len(calls)} engines, one process "
                       "each)"), "\n".join(table)

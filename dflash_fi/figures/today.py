@@ -171,8 +171,9 @@ def tau_verdict(at4, at6, eager, ours, same: tuple[int, int] | None) -> str:
 
     out = ""
     if at4.tau and at6.tau:
-        out += (f" Tau {at4.tau:.2f} at step 4, {at6.tau:.2f} at step 6 ({at6.tau / at4.tau - 1:+.1%}): a graph "
-                "changes how a step runs, not what it computes.")
+        out += (f" Tau {at4.tau:.3f} at step 4, {at6.tau:.3f} at step 6 ({at6.tau / at4.tau - 1:+.1%}): step 6 runs "
+                "the target's verify batches on its graph wrappers, whose rounding may pick the other of two near-tied "
+                "tokens (the checks below hold the texts equal up to near-ties), and tau moves with the texts.")
     if eager is not None and ours is not None and eager.tau and ours.tau and same:
         target = ", ".join(sorted({short_backend(b) for b in eager.target_backends}))
         out += (f" Notebook 04's eager step 4 ({target} target) has tau {eager.tau:.3f} where this one has "
