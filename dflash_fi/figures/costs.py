@@ -5,22 +5,14 @@ step against the FLASH_ATTN draft's, and the RTX 4090 path's gain, read from the
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from enum import Enum
+
+from dflash_fi.records.checks import Outcome
 
 # Kernel-benchmark names as a reader reads them (rendering only: nothing is parsed back).
 KERNEL_NAMES = {"flashinfer-xqa": "XQA", "dflash-fi-final": "fa2, kept plan", "flashinfer-fa2": "FlashInfer fa2",
                 "flashinfer-fa3": "FlashInfer fa3", "flashinfer-auto": "FlashInfer auto",
                 "vllm-flash-attn": "FlashAttention", "dflash-fi-final-graph": "fa2, graph wrapper"}
 PAIR_NAMES = {"embedded": "embedded pair", "qwen3-4b-shape": "Qwen3-4B shape"}
-
-
-class Outcome(Enum):
-    """A target as the benchmark judged it (stored by name)."""
-
-    MET = "met"
-    MISSED = "missed"
-    UNRESOLVED = "unresolved"  # the interval straddles the target
-    NOT_MEASURED = "not measured"
 
 
 @dataclass(frozen=True)

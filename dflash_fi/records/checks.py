@@ -15,6 +15,15 @@ class Verdict(Enum):
     NOT_RUN = "NOT RUN"  # a record it needs is missing
 
 
+class Outcome(Enum):
+    """How a benchmark target fared (stored by name): the benchmarks judge it, the lesson reads it."""
+
+    MET = "met"
+    MISSED = "missed"
+    UNRESOLVED = "unresolved"  # the interval straddles the target
+    NOT_MEASURED = "not measured"
+
+
 class CheckKind(Enum):
     """What a check asks of its runs."""
 

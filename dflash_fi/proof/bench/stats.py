@@ -16,7 +16,8 @@ from __future__ import annotations
 import random
 import statistics
 from dataclasses import dataclass
-from enum import Enum
+
+from dflash_fi.records.checks import Outcome  # judged here, stored by name, read by the lesson
 
 BOOTSTRAP_SAMPLES = 10_000
 SEED = 0
@@ -44,15 +45,6 @@ def median_estimate(values: list[float]) -> Estimate | None:
         return None
     low, high = _bootstrap(values, statistics.median) if len(values) > 1 else (values[0], values[0])
     return Estimate(statistics.median(values), low, high, tuple(values))
-
-
-class Outcome(Enum):
-    """How a target fared on a benchmark (the walkthrough's checks have their own `Verdict`)."""
-
-    MET = "met"
-    MISSED = "missed"
-    UNRESOLVED = "unresolved"  # the interval straddles the target
-    NOT_MEASURED = "not measured"
 
 
 @dataclass(frozen=True)
