@@ -1,16 +1,19 @@
 """Pictures of how much of the drafts the target accepts (notebooks 02-04): per draft position, and tau per run.
 
-The runs are the committed walkthrough records (`dflash_fi.evidence.report.recorded_walkthrough`); the
+The runs are the committed walkthrough records (`dflash_fi.proof.evidence.report.recorded_walkthrough`); the
 reference is the reference decoder's result dict (`tau_noncausal`, `tau_causal`, `per_position_acceptance`).
 """
 
 from __future__ import annotations
 
-from dflash_fi.engine.identity import RunId, label
-from dflash_fi.engine.records import EngineRecord
+from dflash_fi.records.runs import FLASH_ATTN, RunId, label, step_run
+from dflash_fi.records.engine import EngineRecord
 from dflash_fi.figures.style import (COINCIDE_BELOW, COLORS, figure_legend, nearest_earlier, pyplot, series_styles,
                                      short_run_label)
 
+# A run keeps one look wherever it is drawn (02 and 03 both draw the FLASH_ATTN draft and step 2): its place here
+# picks its style; runs not here follow, in the order given.
+STYLE_ORDER = (FLASH_ATTN, step_run(2), step_run(3), step_run(4))
 REFERENCE_CURVES = (("noncausal", "reference decoder, non-causal", COLORS["accepted"]),
                     ("causal", "reference decoder, causal", COLORS["refused"]))
 
@@ -30,7 +33,7 @@ def _per_position(record: EngineRecord | None) -> tuple[float, ...]:
 
 
 def _series_label(label: str, tau: float | None, near: tuple[str, float] | None) -> str:
-    text = label if tau is None else f"{label}: tau {tau:.2f}"
+    text = label if tau is None else f"{label}: tau {tau:.3f}"
     if near:
         text += f"\n    lies on {near[0]}: max difference {near[1]:.3f}"
     return text
@@ -41,19 +44,22 @@ def acceptance_by_position(records: dict[RunId, EngineRecord], runs: list[RunId]
                            coincide_below: float = COINCIDE_BELOW):
     """Per-position acceptance of the runs named, from vLLM's spec-decode counters, and with `reference` (the
     reference decoder's result) its non-causal and causal predictions as dashed curves. Series closer than
-    `coincide_below` at every position are named in the legend as lying on each other."""
+    `coincide_below` at every position are named in the legend as lying on each other. A run's style is its own
+    (`STYLE_ORDER`), whichever runs are drawn with it."""
     from matplotlib.lines import Line2D
 
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4.6), layout="constrained")
+    fig, ax = plt.subplots(figsize=(9, 3.9), layout="constrained")
     series = {label(run): list(_per_position(records.get(run))) for run in runs if _per_position(records.get(run))}
     by_name = {label(run): run for run in runs}
     curves = {name: (reference["per_position_acceptance"][key], color)
               for key, name, color in REFERENCE_CURVES} if reference else {}
     near = nearest_earlier({**series, **{name: values for name, (values, _) in curves.items()}}, coincide_below)
+    order = [*STYLE_ORDER, *(run for run in runs if run not in STYLE_ORDER)]
+    styles = series_styles(len(order))
     handles, texts = [], []
-    for (name, values), style in zip(series.items(), series_styles(len(series))):
-        handles += ax.plot(range(1, len(values) + 1), values, **style)
+    for name, values in series.items():
+        handles += ax.plot(range(1, len(values) + 1), values, **styles[order.index(by_name[name])])
         texts.append(_series_label(name, records[by_name[name]].tau, near.get(name)))
     for name, (values, color) in curves.items():  # thin and on top: visible across the runs' wider lines
         handles += ax.plot(range(1, len(values) + 1), values, color=color, ls="--", lw=1.4, zorder=50)
@@ -110,3 +116,38 @@ def tau_by_step(records: dict[RunId, EngineRecord], reference: dict, runs: list[
     handles, texts = ax.get_legend_handles_labels()
     figure_legend(fig, [Patch(color=COLORS["bar"]), *handles], ["tau of the run (vLLM's counters)", *texts])
     return fig
+
+
+def pr_tau_verdict(records: dict[RunId, EngineRecord], reference: dict) -> str:
+    """What the PR's eager runs' tau says against the reference decoder's two predictions (notebook 04): step 2 at
+    the causal one, steps 3 and 4 at the non-causal one, and how far an FP8 cache moves it."""
+    from dflash_fi.records.runs import FP8, RTX4090_STEP4, step_run
+
+    tau = {run: r.tau for run, r in records.items() if r.tau is not None}
+    if not all(step_run(s) in tau for s in (2, 3, 4)):
+        return "steps 2-4 have no tau recorded here"
+    prompts = f"{reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens"
+    fp8 = [(name, tau[run]) for name, run in (("FP8 cache", FP8), ("the RTX 4090 case", RTX4090_STEP4)) if run in tau]
+    return (f"on {prompts}: step 2 sits at the causal prediction ({tau[step_run(2)]:.2f} against "
+            f"{reference['tau_causal']:.2f}), steps 3 and 4 at the non-causal one ({tau[step_run(3)]:.3f} and "
+            f"{tau[step_run(4)]:.3f}, against {reference['tau_noncausal']:.3f}); "
+            + "; ".join(f"{name} {t:.3f} ({t / tau[step_run(4)] - 1:+.1%} from step 4)" for name, t in fp8)
+            + ": an FP8 cache rounds what both models attend over, so tau moves a few percent, far above the causal "
+            "prediction.")
+
+
+def causal_drift_verdict(records: dict[RunId, EngineRecord], runs, reference: dict) -> str:
+    """Notebook 02's verdict on its figure: `runs` = (the FLASH_ATTN draft, step 2); how close each lies to the
+    reference decoder's curve it should match, and whether step 2 is nearer the causal curve or the non-causal one."""
+    fa, s2 = (records[run].generate().acceptance.per_position for run in runs)
+    ref = reference["per_position_acceptance"]
+    mean = {k: sum(abs(x - y) for x, y in zip(s2, ref[k])) / len(s2) for k in ("causal", "noncausal")}
+    under = {k: max(abs(x - y) for x, y in zip(run, ref[k])) for k, run in (("noncausal", fa), ("causal", s2))}
+    drafts = "causally" if mean["causal"] < mean["noncausal"] else "not causally"
+    return (f"in the figure the dashed non-causal reference lies under the FLASH_ATTN draft's line (at most "
+            f"{under['noncausal']:.3f} apart) and the dashed causal one under step 2's (at most "
+            f"{under['causal']:.3f}). "
+            f"On {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is {mean['causal']:.3f} "
+            f"from the reference's causal curve on average and {mean['noncausal']:.3f} from its non-causal one: it "
+            f"drafts {drafts}. At the first position it accepts {s2[0]:.2f} of drafts against the FLASH_ATTN draft's "
+            f"{fa[0]:.2f}.")

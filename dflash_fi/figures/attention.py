@@ -65,7 +65,7 @@ def selector_grid(rows: list[dict]):
     plt = pyplot()
     cols = sorted({(r["capability"], r["kv_cache_dtype"]) for r in rows}, key=lambda c: (float(c[0]), c[1]))
     steps = sorted({r["step"] for r in rows})
-    fig, ax = plt.subplots(figsize=(1.9 * len(cols) + 1.8, 0.9 * len(steps) + 1.8), layout="constrained")
+    fig, ax = plt.subplots(figsize=(1.9 * len(cols) + 1.8, 0.6 * len(steps) + 1.5), layout="constrained")
     for i, step in enumerate(steps):
         for j, col in enumerate(cols):
             row = next(x for x in rows if x["step"] == step and (x["capability"], x["kv_cache_dtype"]) == col)

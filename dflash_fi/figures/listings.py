@@ -7,6 +7,7 @@ them: no stylesheet, no script), with the same text as `text/plain` for nbval an
     details_block(summary, body)   a collapsed <details> (the whole diff of a step, for whoever wants it)
     folded_markdown(summary, md)   a long markdown table, folded the same way (an appendix)
     excerpt(source, blocks)        only the lines of a source a reader needs, '...' between them
+    outline(function, notes)       a function's chosen lines in order, each with its note, '...' between them
     file_excerpt(path, start, ...) the same of a file that is no Python module (FlashInfer's C++ headers)
     wrapped_lines()                a with-block whose printed lines are wrapped at words (a browser breaks mid-word)
 
@@ -149,14 +150,35 @@ def file_excerpt(path, start: str, blocks: list[tuple[str, str]], mark: tuple[st
                  language: str = "python") -> Listing:
     """`excerpt` of a file's text from the first line matching `start` (kept as the excerpt's first line), headed by
     the file's path below the sys.path entry that holds it (wherever the machine installed it)."""
+    import sys
     from pathlib import Path
-
-    from dflash_fi.engine.instruments import importable_path
 
     lines = Path(path).read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if re.search(start, line))
     code, marked = excerpt("\n".join(lines[first:]), blocks, mark, head=0)
-    return code_block(code, importable_path(str(path)), tuple(marked), language=language)
+    parts = Path(path).parts
+    roots = [p for p in sys.path if p and str(path).startswith(p.rstrip("/") + "/")]  # the installed package's path
+    shown = ("/".join(parts[len(parts) - parts[::-1].index("site-packages"):]) if "site-packages" in parts else
+             str(path)[len(max(roots, key=len).rstrip("/")) + 1:] if roots else Path(path).name)
+    return code_block(code, shown, tuple(marked), language=language)
+
+
+def outline(function, notes: dict[str, str], heading: str | None = None) -> Listing:
+    """A function's source (as installed) in outline: for each regex of `notes`, in order, the first line after the
+    last one shown that matches it, with its note as a comment ('...' between); lines with a note stand out."""
+    import inspect
+    import textwrap
+
+    lines, out, at, previous = textwrap.dedent(inspect.getsource(function)).splitlines(), [], 0, None
+    for pattern, note in notes.items():
+        at = next(i for i in range(at, len(lines)) if re.search(pattern, lines[i]))
+        if previous is not None and at > previous + 1:  # lines left out: '...' at the next line's indent
+            out.append(" " * (len(lines[at]) - len(lines[at].lstrip())) + "...")
+        out.append(lines[at].split("  #")[0].rstrip() + (f"  # {note}" if note else ""))
+        previous, at = at, at + 1
+    text = "\n".join(out)
+    marked = [n + 1 for n, line in enumerate(text.splitlines()) if "  # " in line]
+    return code_block(text, heading or f"{function.__module__}.{function.__qualname__}, in outline", tuple(marked))
 
 
 def stack(*listings: Listing) -> Listing:

@@ -9,6 +9,7 @@ land on it (notebook 01 draws it; later notebooks refer back to it, or draw it a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from dflash_fi.figures.style import SERIES_COLORS, pyplot
 
@@ -38,6 +39,29 @@ LANDS = {
     8: ("plan", "build", "build", "plan", "build", "plan", "build"),
     9: ("kernel", "build", "build", "build", "build", "build", "build", "run"),
 }
+
+
+# Stock build() in outline: a regex for each line shown, in order, and what it does (notes naming a step: it changes
+# there). Notebook 02 shows it where the builder is first taught.
+BUILD_OUTLINE = {
+    r"def build\(": "",
+    r"split_decodes_and_prefills\(": "decodes first, then prefills (step 2)",
+    r"prefill_use_trtllm = ": "TRTLLM or not, for the prefills (step 4)",
+    r"decode_use_trtllm = ": "and for the decodes (step 4)",
+    r"if num_prefills > 0:": "",
+    r"prefill_wrapper = self\._get_prefill_wrapper\(": "one prefill wrapper for every batch (step 3)",
+    r"^\s+causal=True,$": "every prefill planned causal, whatever the batch (step 3)",
+    r"^\s*return attn_metadata$": "",
+}
+
+
+def build_outline():
+    """vLLM's own `FlashInferMetadataBuilder.build()` (as installed) in outline, `BUILD_OUTLINE`'s lines noted."""
+    from vllm.v1.attention.backends.flashinfer import FlashInferMetadataBuilder
+
+    from dflash_fi.figures.listings import outline
+
+    return outline(FlashInferMetadataBuilder.build, BUILD_OUTLINE)
 
 
 def marks_of(lands: dict[int, tuple[str, ...]]) -> dict[int, dict[str, int]]:
@@ -86,6 +110,36 @@ def draft_layer_path(marks: dict[int, dict[str, int]] | None = None, highlight: 
     ax.axis("off")
     ax.set_title(title, fontsize=11)
     return fig
+
+
+class Course(NamedTuple):
+    table: str  # markdown: each notebook, what it teaches, the steps it writes
+    hunks: dict  # step -> how many hunks it adds
+    live: list  # the notebooks ('01') that start vLLM engines on a GPU
+    after: list  # the notebooks that write steps beyond PR #43081
+
+
+def course_map() -> Course:
+    """The course: each notebook's title (its file's heading), the steps it writes (`STEPS_OF_NOTEBOOK`) and their
+    hunks, counted from the step modules."""
+    import re
+
+    from dflash_fi.stack import REPO_ROOT
+    from dflash_fi.steps import PR_43081_STEPS as PR, STEPS, step_module, step_name
+    from dflash_fi.steps.course import NOTEBOOK_OF_STEP, STEPS_OF_NOTEBOOK
+
+    hunks = {s: len(step_module(s).HUNKS) - len(step_module(s - 1).HUNKS if s else ()) for s in STEPS}
+    files = {nb: REPO_ROOT / "notebooks" / f"{nb}.py" for nb in STEPS_OF_NOTEBOOK}
+    texts = {nb: f.read_text() if f.exists() else "" for nb, f in files.items()}
+    titles = {nb: m[1] if (m := re.search(r"^# # \S+ · (.*)$", t, re.M)) else nb for nb, t in texts.items()}
+    taught = {nb: [s for s in STEPS if s and NOTEBOOK_OF_STEP[s] == nb] for nb in STEPS_OF_NOTEBOOK}
+    writes = {nb: "; ".join(f"{s}: {step_name(s)} ({hunks[s]} hunk{'s' * (hunks[s] > 1)}{', PR #43081' * (s in PR)})"
+                            for s in steps) or "none" for nb, steps in taught.items()}
+    table = "| notebook | what it teaches | the steps it writes |\n|---|---|---|\n" + "\n".join(
+        f"| {nb[:2]} | {titles[nb]} | {writes[nb]} |" for nb in STEPS_OF_NOTEBOOK)
+    live = [nb[:2] for nb, t in texts.items() if re.search(r"setup\([^)]*live=", t)]
+    after = [nb[:2] for nb, steps in taught.items() if any(s not in PR for s in steps)]
+    return Course(table, hunks, live, after)
 
 
 def write_path_figure(out_dir: Path | None = None) -> Path:

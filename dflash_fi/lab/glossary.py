@@ -38,6 +38,16 @@ _WRITTEN = (
          "in parts and merged. Its split assumes causal new tokens."),
     Term("NVFP4", (r"NVFP4", r"nvfp4"), "NVIDIA's 4-bit floating-point format (4-bit values, one FP8 scale per block "
          "of 16). vLLM's FlashInfer backend serves an NVFP4 KV cache with TRTLLM kernels only."),
+    Term("layer group (attention group)", (r"layer groups?\b", r"attention groups?\b"),
+         "the layers of one model that share a backend and a KV-cache layout. vLLM builds one metadata object per "
+         "group and batch (one `build()` call), which all its layers read; the draft's layers are a group of their "
+         "own, apart from the target's."),
+    Term("attention sink", (r"attention[- ]sinks?",), "a learned per-head logit that some models add to the "
+         "softmax's denominator; FlashInfer serves such models with a wrapper of its own."),
+    Term("cascade attention", (r"\bcascade\b",), "where every request of a batch shares a long prefix, vLLM's "
+         "FlashInfer builder can attend over that prefix once for all of them and over each request's own tokens "
+         "apart, merging the two (FlashInfer's `MultiLevelCascadeAttentionWrapper`); `build()` chooses it per batch "
+         "(`use_cascade`), for causal batches."),
     Term("`plan()` and `run()`", (r"\bplan\(", r"\brun\("),
          "a FlashInfer wrapper's two calls. `plan(...)` takes the batch's shape and `causal`, picks a kernel and "
          "computes a work schedule on the host; `run(q, kv_cache)` launches it, once per layer. A *CUDA-graph "
@@ -52,7 +62,7 @@ _MEASURES = (
     Term("top-2 gap, nats", (r"top-2 gap", r"\bnats?\b"), "at one position of an output, the target's logprob of its "
          "best candidate minus that of its second best, in nats (natural-log units: 0.69 = twice as likely, 0 = a tie)."),
     Term("near-tie", (r"near-tie",), "a position where an output parts from its baseline's and the top-2 gap there is "
-         "within the near-tie margin (measured from correct engines, notebook 9's appendix): rounding can flip such "
+         "within the near-tie margin (measured from pairs of correct engines, README): rounding can flip such "
          "a choice. A parting at a larger gap, a *confident token*, fails a check."),
     Term("the mixed workload", (r"mixed workload",), "prompts of many lengths with many `max_tokens`, more requests "
          "than `max_num_seqs`: prefills run beside decodes and batches change shape. The walkthrough runs it "
@@ -94,6 +104,27 @@ def _enum_docstrings(enum) -> dict[str, str]:
     return docs
 
 
+def _backend_terms() -> tuple[Term, Term]:
+    """The two backends of the CUDA priority lists that no lesson is about, from their classes in vLLM."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    def facts(name: str) -> tuple[type, str]:
+        cls = AttentionBackendEnum[name].get_class()
+        kv = ", ".join(str(d) for d in cls.supported_kv_cache_dtypes)
+        return cls, (f"Its KV cache dtypes: {kv}; non-causal attention: "
+                     f"{'supported' if cls.supports_non_causal() else 'not supported'}.")
+
+    flex, flex_facts = facts("FLEX_ATTENTION")
+    turbo, turbo_facts = facts("TURBOQUANT")
+    return (
+        Term("`FLEX_ATTENTION`", (r"FLEX_ATTENTION",), "vLLM's backend on PyTorch's FlexAttention "
+             f"(`torch.nn.attention.flex_attention`): general and slower, late in the priority lists. {flex_facts}",
+             f"{flex.__module__}.{flex.__name__}"),
+        Term("`TURBOQUANT`", (r"TURBOQUANT",), f"vLLM's docstring: \"{' '.join((turbo.__doc__ or '').split())}\" "
+             f"Last in the CUDA priority lists. {turbo_facts}", f"{turbo.__module__}.{turbo.__name__}"),
+    )
+
+
 def _graph_terms() -> tuple[Term, Term]:
     from vllm.config.compilation import CUDAGraphMode
     from vllm.v1.attention.backend import AttentionCGSupport
@@ -120,7 +151,7 @@ def glossary() -> list[Term]:
     """Every term, in the order the glossary shows them (imports vLLM's enums)."""
     gpus = ", ".join(f"SM {sm(c)} {name}" for c, name in GPU_NAMES.items())
     written = [Term(t.term, t.patterns, t.definition.format(gpus=gpus)) for t in _WRITTEN]
-    return [*written, *_graph_terms(), *_MEASURES]
+    return [*written, *_backend_terms(), *_graph_terms(), *_MEASURES]
 
 
 def glossary_table(terms: list[Term] | None = None) -> str:

@@ -23,26 +23,18 @@ from unittest import mock
 import torch
 
 from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
+from dflash_fi.lab.routes import Decode, Prefill
 from dflash_fi.lab.routing import RoutingLab
 from dflash_fi.vocabulary import BLACKWELL, DRAFT_BLOCK_SIZE, HOPPER, RTX_4090
 
 MERGED_STEP = 4  # the step that is PR #43081 complete
 
 
-class Prefill(enum.Enum):
-    TRTLLM = "TRTLLM prefill"
-    CAUSAL_WRAPPER = "FlashInfer's shared causal prefill wrapper"
-    NON_CAUSAL_WRAPPER = "FlashInfer's separate non-causal prefill wrapper"
+class BuilderStage(enum.Enum):
+    """Where an implementation refused: making the builder, or its build() of the batch."""
 
-
-class Decode(enum.Enum):
-    TRTLLM = "TRTLLM decode"
-    FLASHINFER = "FlashInfer's decode wrapper"
-
-
-class Phase(enum.Enum):
-    INIT = "when the builder is made"
-    BUILD = "in build()"
+    INIT = enum.auto()
+    BUILD = enum.auto()
 
 
 @dataclass(frozen=True)
@@ -55,7 +47,7 @@ class Config:
 
 @dataclass(frozen=True)
 class Refusal:
-    phase: Phase
+    stage: BuilderStage
     error: type  # the exception's class
     wrote_page_table: bool  # the builder had computed the batch's page table (_compute_flashinfer_kv_metadata) first
 
@@ -106,10 +98,10 @@ def difference(build: Build) -> Difference | None:
     if not differing:
         return None
     if (build.config.kv_cache_dtype == "nvfp4" and build.config.capability[0] != 10 and b.refusal is not None
-            and b.refusal.phase is Phase.INIT and b.refusal.error is ValueError):
+            and b.refusal.stage is BuilderStage.INIT and b.refusal.error is ValueError):
         return Difference.NVFP4_NEEDS_SM100F
     if (build.config.kv_cache_dtype == "nvfp4" and differing <= {"refusal", "warned"} and a.refusal and b.refusal
-            and (a.refusal.phase, a.refusal.error) == (b.refusal.phase, b.refusal.error)
+            and (a.refusal.stage, a.refusal.error) == (b.refusal.stage, b.refusal.error)
             and not a.refusal.wrote_page_table and not a.warned and b.refusal.wrote_page_table):
         return Difference.NVFP4_REFUSED_LATER
     return Difference.UNEXPLAINED
@@ -180,7 +172,7 @@ def decide(lab: RoutingLab, config: Config, role_builders: dict, batch: Batch) -
     with set_current_vllm_config(vllm_config):
         cudagraph = type(lab.builders[batch.role][0]).get_cudagraph_support(vllm_config, spec)
     if isinstance(builder, Exception):
-        return Decision(selected, cudagraph, Refusal(Phase.INIT, type(builder), False))
+        return Decision(selected, cudagraph, Refusal(BuilderStage.INIT, type(builder), False))
     warned_before, cad = len(lab.warnings.records), common_metadata(batch)
     page_table = mock.patch.object(builder, "_compute_flashinfer_kv_metadata",
                                    wraps=builder._compute_flashinfer_kv_metadata)
@@ -188,13 +180,13 @@ def decide(lab: RoutingLab, config: Config, role_builders: dict, batch: Batch) -
         with set_current_vllm_config(vllm_config), page_table as computed:
             md = builder.build(0, cad)
     except NotImplementedError as exc:
-        return Decision(selected, cudagraph, Refusal(Phase.BUILD, type(exc), computed.called),
+        return Decision(selected, cudagraph, Refusal(BuilderStage.BUILD, type(exc), computed.called),
                         warned=len(lab.warnings.records) > warned_before)
     prefill = plan = None
     if md.prefill is not None:
         wrapper = getattr(md.prefill, "wrapper", None)
-        prefill = (Prefill.TRTLLM if wrapper is None else Prefill.NON_CAUSAL_WRAPPER
-                   if wrapper is getattr(builder, "_noncausal_prefill_wrapper", None) else Prefill.CAUSAL_WRAPPER)
+        prefill = (Prefill.TRTLLM if wrapper is None else Prefill.NON_CAUSAL
+                   if wrapper is getattr(builder, "_noncausal_prefill_wrapper", None) else Prefill.SHARED_CAUSAL)
         # DCP's wrapper plans two: the context (never causal) and the new tokens
         planned = [wrapper] if hasattr(wrapper, "plans") else [getattr(wrapper, n, None)
                                                                for n in ("_context", "_new_tokens")]

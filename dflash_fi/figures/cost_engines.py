@@ -1,0 +1,121 @@
+"""The engines behind notebook 08, as a reader meets them: the engine benchmark's engines as its summary recorded them
+(their specs and what each resolved, the draft's backend and vLLM's CUDA-graph mode, for `show_engine_calls`), and,
+before a pass recorded them, the same engines described in words from their run ids (records only: no proof here);
+whether each shape's route is the one its rule gives; and which cost the final draft still pays, for the last words."""
+
+from __future__ import annotations
+
+from dflash_fi.records.runs import Pair, RunId, label
+
+# What each engine is for in the benchmark (rendering only).
+_ROLE = {"a": "the FLASH_ATTN draft: what vLLM's selector picks on Hopper",
+         "aa": "its twin: the A/A pair, what noise alone gives", "final": "the final FlashInfer draft (step 9)",
+         "none": "RTX 4090 path: no speculation (vLLM's own FlashInfer)",
+         "pr": "RTX 4090 path: the PR's draft (step 4)", "path": "RTX 4090 path: the final draft"}
+
+
+def planned_engines(final_step: int) -> list[tuple[RunId, str]]:
+    """The benchmark's engines, (run, role): per pair the FLASH_ATTN draft, its twin and the final FlashInfer draft,
+    all with vLLM's CUDA graphs; on the embedded pair also the RTX 4090 path (FlashAttention 2 forced, an FP8 cache,
+    the draft's backend left to the selector)."""
+    rows = []
+    for pair in (Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE):
+        rows += [(RunId(draft_backend="FLASH_ATTN", cuda_graphs=True, pair=pair), "a"),
+                 (RunId(draft_backend="FLASH_ATTN", cuda_graphs=True, pair=pair, replica=1), "aa"),
+                 (RunId(step=final_step, cuda_graphs=True, pair=pair), "final")]
+    path = dict(draft_backend=None, kv_cache_dtype="fp8", flash_attn_version=2, cuda_graphs=True)
+    rows += [(RunId(speculative=False, **path), "none"), (RunId(step=4, **path), "pr"),
+             (RunId(step=final_step, **path), "path")]
+    return rows
+
+
+def planned_table(final_step: int) -> str:
+    """Markdown: the engines the benchmark starts, what each sets and what it is for."""
+    lines = ["| engine | pair | draft backend asked for | KV cache | FlashAttention version | what it is for |",
+             "|---|---|---|---|---|---|"]
+    for run, role in planned_engines(final_step):
+        asked = "-" if not run.speculative else run.draft_backend or "left to the selector"
+        lines.append(f"| {label(run)} | {run.pair.value} | {asked} | {run.kv_cache_dtype} | "
+                     f"{run.flash_attn_version or 'vLLM picks'} | {_ROLE[role]} |")
+    return "\n".join(lines)
+
+
+def recorded_engines(summary=None) -> list:
+    """The engine benchmark's EngineRecords as its summary section holds them; `NoRecord` where it holds none, or
+    where it ran other code than the code at hand."""
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.freshness import stale
+    from dflash_fi.records.engine import EngineRecord
+    from dflash_fi.records.summary import Section, read
+
+    summary = summary or read()
+    engines = summary.entry(Section.BENCH_E2E).data.get("engines")
+    if not engines:
+        raise NoRecord(f"the engine benchmark in {summary.path.name} recorded no engines")
+    if stale(summary, [Section.BENCH_E2E]):
+        raise NoRecord(f"the engine benchmark in {summary.path.name} ran other code")
+    return [EngineRecord.from_json(e) for e in engines]
+
+
+def resolved_columns(records: list) -> dict[str, dict[str, str]]:
+    """Per engine (its label): the draft's backend as vLLM resolved it and vLLM's CUDA-graph mode and FlashAttention
+    version, where the records hold them: columns for `show_engine_calls`."""
+    from dflash_fi.records.engine import short_backend
+
+    def draft(r) -> str:
+        return ", ".join(sorted({short_backend(b) for b in r.draft_backends})) or (
+            "-" if not r.run.speculative else "not recorded")
+    return {label(r.run): {"draft backend, resolved": draft(r), "CUDA-graph mode": r.cudagraph_mode or "not recorded",
+                           "FlashAttention version": str(r.flash_attn_version or "not recorded")} for r in records}
+
+
+def engines_verdict(records: list, final_step: int) -> str:
+    """Whether each pair's three draft-cost engines resolved what the comparison needs: one CUDA-graph mode, and the
+    draft's backend the same in the FLASH_ATTN draft and its twin and another in the final draft."""
+    roles, drafts = dict(planned_engines(final_step)), resolved_columns(records)
+    parts, alike = [], True
+    for pair in dict.fromkeys(r.run.pair for r in records):
+        cost = {roles[r.run]: r for r in records if r.run.pair is pair and roles.get(r.run) in ("a", "aa", "final")}
+        if set(cost) != {"a", "aa", "final"}:
+            parts.append(f"{pair.value}: not all three recorded")
+            alike = False
+            continue
+        modes = sorted({str(r.cudagraph_mode) for r in cost.values()})
+        backend = {role: drafts[label(r.run)]["draft backend, resolved"] for role, r in cost.items()}
+        alike &= len(modes) == 1 and backend["a"] == backend["aa"] != backend["final"]
+        parts.append(f"{pair.value}: CUDA graphs {' / '.join(modes)}, the FLASH_ATTN draft and its twin on "
+                     f"{backend['a']}, the final draft on {backend['final']}")
+    return ("; ".join(parts) + (": each pair's engines differ in the draft's backend alone, as the comparison needs"
+                                if alike else ": NOT what the comparison needs (it compares more than the backend)"))
+
+
+def remaining_cost(costs) -> str:
+    """Which of the draft's two costs the final FlashInfer draft still pays over the FLASH_ATTN draft (an interval
+    above 0), at how many shapes; 'not recorded yet' without `costs` (figures.costs.Costs)."""
+    if costs is None:
+        return "which cost remains is not recorded yet: the GPU pass measures it"
+
+    def above(e) -> bool:
+        return e is not None and e.low > 0
+    n = len(costs.shapes)
+    kernel = [s.name for s in costs.shapes if above(s.attention)]
+    build = [s.name for s in costs.shapes if above(s.build)]
+    if not kernel and not build:
+        return f"no cost remains: at none of {n} shapes does the final draft cost more than the FLASH_ATTN draft."
+    parts = [f"the draft attention (its kernel) at {len(kernel)} of {n} shapes"] if kernel else []
+    parts += [f"the host build at {len(build)} of {n} shapes"] if build else []
+    return "what the final draft still pays over the FLASH_ATTN draft is " + " and ".join(parts) + "."
+
+
+def route_agrees(costs, shape, capability: tuple | None = None) -> bool | None:
+    """Whether the route recorded at `shape` is the one step 9's rule (`dflash_fi.lab.draft_route`) gives there, on
+    the benchmark's GPU or at `capability`; None where the drafter's heads were not recorded."""
+    from dflash_fi.lab.draft_route import final_draft_route
+    from dflash_fi.lab.routes import Prefill
+
+    if shape.heads is None:
+        return None
+    capability = capability or tuple(map(int, costs.compute_capability.split(".")))
+    rule = final_draft_route(tuple(capability), "auto", *shape.heads, shape.batch)
+    # the kept-plan fa2 path is the final step's FlashInfer wrapper: the benchmarks name it either way
+    return shape.route in ({"flashinfer-xqa"} if rule is Prefill.XQA else {"dflash-fi-final", "flashinfer-fa2"})

@@ -1,0 +1,242 @@
+"""What the final FlashInfer draft costs end to end (notebook 08), its tables and bottom line: its cost per decoding
+step against the FLASH_ATTN draft's, and the RTX 4090 path's gain, read from the engine benchmark's section
+(`draft_cost`, `rtx4090`, `method`) as the benchmark judged it (nothing here judges again)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from dflash_fi.records.checks import Outcome
+
+# Kernel-benchmark names as a reader reads them (rendering only: nothing is parsed back).
+KERNEL_NAMES = {"flashinfer-xqa": "XQA", "dflash-fi-final": "fa2, kept plan", "flashinfer-fa2": "FlashInfer fa2",
+                "flashinfer-fa3": "FlashInfer fa3", "flashinfer-auto": "FlashInfer auto",
+                "vllm-flash-attn": "FlashAttention", "dflash-fi-final-graph": "fa2, graph wrapper"}
+PAIR_NAMES = {"embedded": "embedded pair", "qwen3-4b-shape": "Qwen3-4B shape"}
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A paired comparison: the median over the measured rounds and its 95% bootstrap interval."""
+
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, d: dict | None) -> "Interval | None":
+        return None if d is None else cls(d["value"], d["low"], d["high"])
+
+
+def _text(e: Interval | None, fmt: str = "{:+.3f}") -> str:
+    return "not measured" if e is None else f"{fmt.format(e.value)} [{fmt.format(e.low)}, {fmt.format(e.high)}]"
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    kernel: str
+    ms: float
+    share_of_copy: float  # KV bytes read per second over the GPU's copy bandwidth
+
+
+@dataclass(frozen=True)
+class ShapeCost:
+    """One pair x batch: the draft's cost per decoding step (one draft forward), final FlashInfer - FLASH_ATTN draft."""
+
+    pair: str
+    batch: int
+    heads: tuple | None  # the drafter's (query, KV) heads, where recorded
+    route: str | None  # the kernel the final draft's builds made there: XQA, or fa2 with its plan kept
+    attention: Interval | None  # final - FLASH_ATTN, GPU ms
+    attention_aa: Interval | None  # the FLASH_ATTN draft's twin - the FLASH_ATTN draft
+    build: Interval | None  # final - FLASH_ATTN, host ms
+    build_aa: Interval | None
+    aa_bound_ms: float | None  # the A/A pair's intervals should stay within +-this
+    aa_within: bool
+    build_outcome: Outcome
+    kernels: tuple[KernelTime, ...]  # what the kernel benchmark timed at this shape, where recorded with it
+    kernel_outcome: Outcome
+    fastest: str | None = None  # the fastest FlashInfer kernel the kernel benchmark timed at this shape
+
+    @property
+    def name(self) -> str:
+        return f"{PAIR_NAMES.get(self.pair, self.pair)}, batch {self.batch}"
+
+    def kernel(self, name: str | None) -> KernelTime | None:
+        return next((k for k in self.kernels if k.kernel == name), None)
+
+    @classmethod
+    def of(cls, d: dict) -> "ShapeCost":
+        heads = (d["num_qo_heads"], d["num_kv_heads"]) if "num_qo_heads" in d else None
+        return cls(d["pair"], d["batch"], heads, d["final"].get("kernel"),
+                   *(Interval.of(d[k]) for k in ("attention", "attention_aa", "build", "build_aa")), d.get("aa_bound_ms"),
+                   d["aa_within"],
+                   Outcome[d["build_outcome"]], tuple(KernelTime(k["kernel"], k["ms"], k["share_of_copy"])
+                                                      for k in d.get("kernels", ())),
+                   Outcome[d.get("kernel_outcome", "NOT_MEASURED")], d.get("fastest_flashinfer"))
+
+
+@dataclass(frozen=True)
+class PathGain:
+    """The RTX 4090 path (FA2 forced, an FP8 cache), embedded pair, one batch: tokens/s at the median step, and the
+    gains over no speculation paired by round."""
+
+    batch: int
+    no_speculation: float | None
+    step4: float | None
+    final: float | None
+    step4_gain: Interval | None
+    final_gain: Interval | None
+    final_over_step4: Interval | None
+    tau_step4: float | None
+    tau_final: float | None
+
+    @classmethod
+    def of(cls, d: dict) -> "PathGain":
+        gains = ("step4_gain", "final_gain", "final_over_step4")
+        return cls(**{f.name: Interval.of(d[f.name]) if f.name in gains else d.get(f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Costs:
+    gpu: str
+    compute_capability: str
+    commit: str | None
+    shapes: tuple[ShapeCost, ...]
+    gains: tuple[PathGain, ...]
+    method: dict  # rounds and warm-up rounds: what the sources table says
+
+
+def read_costs(summary=None) -> Costs:
+    """The draft cost of the evidence summary's engine benchmark; `NoRecord` where it has none yet, or where the
+    benchmark ran other code than the code at hand (its numbers would not be this code's)."""
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.freshness import stale
+    from dflash_fi.records.summary import Section, read
+
+    summary = summary or read()
+    entry, section = summary.entry(Section.BENCH_E2E), Section.BENCH_E2E
+    if "draft_cost" not in entry.data:
+        raise NoRecord(f"the engine benchmark in {summary.path.name} has no draft cost: run `{section.command}` on a GPU")
+    for old in stale(summary, [section]):
+        raise NoRecord(f"the engine benchmark in {summary.path.name} ran other code ({', '.join(old.changed)}): run "
+                       f"`{section.command}` on a GPU")
+    p, data = entry.provenance, entry.data
+    return Costs(p.gpu, p.compute_capability, p.commit, tuple(map(ShapeCost.of, data["draft_cost"])),
+                 tuple(map(PathGain.of, data.get("rtx4090", ()))), data.get("method", {}))
+
+
+def cost_table(costs: Costs) -> str:
+    """Markdown: per shape, the draft's two costs with each target's outcome (the A/A intervals: the figure's), the
+    route's kernel as the kernel benchmark timed it, and the fastest FlashInfer kernel there."""
+    def timed(k: KernelTime | None) -> str:
+        return "not measured" if k is None else f"{KERNEL_NAMES.get(k.kernel, k.kernel)} {k.ms:.4f} ({k.share_of_copy:.0%})"
+    lines = ["| pair, batch | host build, ms [95%]: at most FLASH_ATTN's? | draft attention, ms [95%] | route: its kernel, "
+             "ms per call (share of copy bandwidth) | the fastest FlashInfer kernel: the route's? |", "|---|---|---|---|---|"]
+    for s in costs.shapes:
+        fastest = "the route's" if s.fastest in (None, s.route) else timed(s.kernel(s.fastest))
+        lines.append(f"| {s.name} | {_text(s.build)}: **{s.build_outcome.value}** | {_text(s.attention)} | "
+                     f"{timed(s.kernel(s.route))} | {fastest}: **{s.kernel_outcome.value}** |")
+    return "\n".join(lines)
+
+
+def gain_table(costs: Costs) -> str:
+    """Markdown: the RTX 4090 path per batch, tokens/s and the gains over no speculation."""
+    def tps(v):
+        return "-" if v is None else f"{v:.0f}"
+    lines = ["| batch | no speculation, tokens/s | step 4 draft, tokens/s (over no speculation [95%]) | final draft, "
+             "tokens/s (over no speculation [95%]) | final over step 4 [95%] | tau, step 4 / final |", "|---|" + "---|" * 5]
+    for g in costs.gains:
+        tau = " / ".join("-" if t is None else f"{t:.2f}" for t in (g.tau_step4, g.tau_final))
+        lines.append(f"| {g.batch} | {tps(g.no_speculation)} | {tps(g.step4)} ({_text(g.step4_gain, '{:.3f}x')}) | "
+                     f"{tps(g.final)} ({_text(g.final_gain, '{:.3f}x')}) | {_text(g.final_over_step4, '{:.3f}x')} | "
+                     f"{tau} |")
+    return "\n".join(lines)
+
+
+def _off_zero(e: Interval | None) -> int:
+    """+1 where the interval lies above 0, -1 below, 0 where it holds 0 (or nothing was measured)."""
+    return 0 if e is None else (e.low > 0) - (e.high < 0)
+
+
+def figure_verdict(costs: Costs) -> str:
+    """What to see in `cost_figure`, from its numbers."""
+    noise = max((aa.high - aa.low for s in costs.shapes for aa in (s.build_aa, s.attention_aa) if aa), default=0.0)
+    real = [s.name for s in costs.shapes if _off_zero(s.build) or _off_zero(s.attention)]
+    bounds = sorted({f"{s.aa_bound_ms:.3f}" for s in costs.shapes if s.aa_bound_ms is not None})
+    return (f"the grey bars are noise: two FLASH_ATTN drafts that differ in nothing give intervals up to {noise:.3f} ms "
+            f"wide, within their bound (±{' to '.join(bounds[::max(len(bounds) - 1, 1)]) or '?'} ms) at "
+            f"{sum(s.aa_within for s in costs.shapes)} of {len(costs.shapes)} shapes. A marker whose interval stays off "
+            f"0 is a real difference: at {len(real)} of {len(costs.shapes)} shapes" + (": " + "; ".join(real) if real
+                                                                                      else "") + ".")
+
+
+def targets_verdict(costs: Costs) -> str:
+    """What to see in `cost_table`: each target's outcomes, with the bounds the benchmark judged them by."""
+    m, n = costs.method, len(costs.shapes)
+    count = {o: sum(s.build_outcome is o for s in costs.shapes) for o in Outcome}
+    bounds = (f" (at most 0 ms, the interval's high end at most +{m['build_ceiling_ms']} ms)"
+              if "build_ceiling_ms" in m else "")
+    within = f" (within {m['kernel_tolerance'] - 1:.0%})" if "kernel_tolerance" in m else ""
+    return (f"the host-build target{bounds} is met at {count[Outcome.MET]} of {n} shapes, missed at "
+            f"{count[Outcome.MISSED]}, unresolved at {count[Outcome.UNRESOLVED]} (its interval holds the target); the "
+            f"route runs the fastest FlashInfer kernel{within} at {sum(s.kernel_outcome is Outcome.MET for s in costs.shapes)}"
+            f". The A/A pair stayed within its bound at {sum(s.aa_within for s in costs.shapes)}"
+            + ("." if all(s.aa_within for s in costs.shapes) else ": where it did not, that shape's intervals are as "
+               "wide as noise."))
+
+
+def bottom_line(costs: Costs) -> str:
+    """Where the final draft stands against the FLASH_ATTN draft and why (its host build or its kernel), then the RTX
+    4090 path's gain: computed from the recorded estimates."""
+    shapes, n = costs.shapes, len(costs.shapes)
+    behind = [s for s in shapes if 1 in (_off_zero(s.build), _off_zero(s.attention))]
+    ahead = [s for s in shapes if s not in behind and -1 in (_off_zero(s.build), _off_zero(s.attention))]
+    kernel = [s for s in behind if (s.attention.value if s.attention else 0) >= (s.build.value if s.build else 0)]
+    met = sum(s.build_outcome is Outcome.MET for s in shapes)
+    rest = n - len(behind) - len(ahead)
+    text = (f"the final FlashInfer draft costs more per decoding step than the FLASH_ATTN draft at {len(behind)} of {n} "
+            f"shapes (its build or its attention above, the interval above 0), less at {len(ahead)}"
+            + (f", and no difference shows at the other {rest}." if rest else "."))
+    if behind:
+        why = ("the kernel" if len(kernel) == len(behind) else "the host build" if not kernel else
+               f"the kernel at {len(kernel)} of them and the host build at {len(behind) - len(kernel)}")
+        worst = max(behind, key=lambda s: max(s.attention.value if s.attention else 0, s.build.value if s.build else 0))
+        ran, fa = worst.kernel(worst.route), worst.kernel("vllm-flash-attn")
+        text += (f" Where it costs more, it is {why}: its host build meets its target (at most the FLASH_ATTN draft's) "
+                 f"at {met} of {n} shapes, and the largest gap, at {worst.name}, is {_text(worst.attention)} ms of "
+                 f"attention and {_text(worst.build)} ms of build a step, on "
+                 f"{KERNEL_NAMES.get(worst.route, worst.route or 'a kernel not recorded')}"
+                 + (f" at {ran.share_of_copy:.0%} of copy bandwidth" if ran else "")
+                 + (f" where FlashAttention reaches {fa.share_of_copy:.0%}" if fa else "") + ".")
+    else:
+        text += f" Its host build meets its target (at most the FLASH_ATTN draft's) at {met} of {n} shapes."
+    if any(s.kernel_outcome is not Outcome.NOT_MEASURED for s in shapes):
+        text += (f" Its route runs the fastest FlashInfer kernel at {sum(s.kernel_outcome is Outcome.MET for s in shapes)}"
+                 f" of {n} shapes.")
+    if costs.gains:
+        batches = ", ".join(str(g.batch) for g in costs.gains)
+
+        def gains(pick):
+            shown = ["-" if pick(g) is None else f"{pick(g).value:.2f}x" for g in costs.gains]
+            return (f"{shown[0]} {{}} at every batch" if len(set(shown)) == 1 else ", ".join(shown) + " {} at batch "
+                    + batches).format("no speculation's tokens/s")
+        text += (f" On the RTX 4090 path, where FlashInfer is the draft's only backend, DFlash with the final draft runs "
+                 f"at {gains(lambda g: g.final_gain)}; with the PR's own step-4 draft at {gains(lambda g: g.step4_gain)}.")
+    else:
+        text += " The RTX 4090 path's gain is not recorded yet."
+    return text
+
+
+def recorded_on(costs: Costs) -> str:
+    """Where and how the numbers were recorded: the GPU, the commit, the rounds, the turns' lengths."""
+    m = costs.method
+    parts = [f"{costs.gpu} (SM {costs.compute_capability}), commit {costs.commit}"]
+    if m.get("rounds") and "warm_up_rounds" in m:
+        parts.append(f"{m['rounds'] - m['warm_up_rounds']} measured rounds after {m['warm_up_rounds']} warm-up")
+    parts += [", ".join(f"{tokens} new tokens a turn ({PAIR_NAMES.get(pair, pair)})"
+                        for pair, tokens in m.get("new_tokens", {}).items())]
+    parts += [f"kernel times at context {m['kernel_context']}"] if "kernel_context" in m else []
+    parts += [f"{m['layer_calls_over_lead']} of {m['layer_calls_timed']} draft attention calls timed had host work "
+              "longer than the GPU sleep before them (those may hold host time)"] if m.get("layer_calls_timed") else []
+    return "; ".join(p for p in parts if p)
