@@ -111,14 +111,11 @@ if costs:
 # draft. Tokens/s at the median step, gains paired by round:
 
 # %%
-from dflash_fi.figures.costs import gain_table
+from dflash_fi.figures.gains import gain_table, gain_verdict
 
 if costs and costs.gains:
     show(gain_table(costs))
-    best = max(costs.gains, key=lambda g: g.final_gain.value if g.final_gain else 0)
-    verdict(f"on this path DFlash with the final draft runs at {best.final_gain.value:.2f}x no speculation's tokens/s "
-            f"at batch {best.batch}, its best; the column 'final over step 4' is what steps 5-9 add to the PR's draft "
-            "there.")
+    verdict(gain_verdict(costs))
 
 # %% [markdown]
 # ## Bottom line
@@ -133,12 +130,12 @@ if costs:
 # ### Check
 
 # %%
-from dflash_fi.figures.cost_engines import route_agrees
+from dflash_fi.figures.cost_engines import route_agrees, routes_checked
 
-agrees = {s.name: route_agrees(costs, s) for s in costs.shapes} if costs else {}
-if agrees and None not in agrees.values():
-    check("at every shape the final draft took the route its rule gives (notebook 07)", all(agrees.values()),
-          ", ".join(name for name, ok in agrees.items() if not ok))
+routes = routes_checked(costs)  # (all agree, the shapes where one does not); None before a GPU pass records them
+if routes:
+    agree, where_not = routes
+    check("at every shape the final draft took the route its rule gives (notebook 07)", agree, where_not)
 else:
     skip("the route at every shape against its rule", "the routes and the drafter's heads are not recorded yet")
 

@@ -343,23 +343,26 @@ def test_the_cost_figure_shows_both_parts_their_noise_and_the_route(drawn, tmp_p
 
 
 def test_the_bottom_line_says_where_the_final_draft_stands_and_why(tmp_path):
-    from dflash_fi.figures.costs import bottom_line, cost_table, gain_table, read_costs, recorded_on, targets_verdict
+    from dflash_fi.figures.costs import bottom_line, cost_table, figure_verdict, read_costs, recorded_on, targets_verdict
+    from dflash_fi.figures.gains import gain_table, gain_verdict
 
     costs = read_costs(fresh_summary(tmp_path))
     line = bottom_line(costs)
     # the Qwen3-4B shape's batches 8 and 32 cost more (attention above 0); the embedded pair's builds cost less
     assert "at 2 of 6 shapes" in line and "less at 3" in line and "no difference shows at the other 1" in line
-    assert "it is the kernel:" in line and "Qwen3-4B shape, batch 32" in line and "74% of copy bandwidth" in line
+    assert "it is the kernel. The largest gap" in line and "Qwen3-4B shape, batch 32" in line and "74% of copy bandwidth" in line
     assert ("2.20x no speculation's tokens/s at every batch; with the PR's own step-4 draft at 2.10x no speculation's "
             "tokens/s at every batch") in line
     assert cost_table(costs).count("\n") == len(costs.shapes) + 1 and gain_table(costs).count("\n") == 4
     assert "high end at most +0.005 ms) is met at 6 of 6" in targets_verdict(costs) and "(within 2%) at 6" in \
         targets_verdict(costs)
     assert "12 measured rounds after 1 warm-up" in recorded_on(costs) and "context 512" in recorded_on(costs)
+    assert "2.20x no speculation's tokens/s at batch 1" in gain_verdict(costs) and "[2.00x, " in gain_table(costs)
+    assert figure_verdict(costs).endswith("at 5 of 6 shapes, all but Qwen3-4B shape, batch 1.")  # the fewer named
 
 
 def test_the_recorded_route_is_checked_against_the_final_steps_rule(tmp_path):
-    from dflash_fi.figures.cost_engines import route_agrees
+    from dflash_fi.figures.cost_engines import route_agrees, routes_checked
     from dflash_fi.figures.costs import read_costs
     from dflash_fi.lab.draft_route import final_draft_route
     from dflash_fi.lab.routes import Prefill
@@ -374,6 +377,9 @@ def test_the_recorded_route_is_checked_against_the_final_steps_rule(tmp_path):
     first["kernel"] = "flashinfer-xqa"
     wrong = read_costs(fresh_summary(tmp_path, data))
     assert not route_agrees(wrong, wrong.shapes[0]) and route_agrees(wrong, wrong.shapes[1])
+    assert routes_checked(costs) == (True, "") and routes_checked(wrong) == (False, wrong.shapes[0].name)
+    del data["draft_cost"][0]["num_qo_heads"]  # a shape whose drafter's heads were not recorded: nothing to judge
+    assert routes_checked(None) is None and routes_checked(read_costs(fresh_summary(tmp_path, data))) is None
 
 
 def test_notebook_08_describes_the_benchmarks_engines_as_the_benchmark_runs_them(tmp_path):

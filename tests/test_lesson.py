@@ -2,6 +2,8 @@
 hunk, no wall of output, and code and diffs that stay monospace and coloured in nbconvert's HTML."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import jupytext
@@ -179,6 +181,16 @@ def test_engine_calls_are_one_call_and_what_differs():
                      "FLASH_ATTN": ["speculative_config['attention_backend']='FLASH_ATTN'"], "step 3": [], "step 4": []}
     assert differences["no speculation"][0].absent and differences["FLASH_ATTN"][0].path == ("speculative_config",
                                                                                          "attention_backend")
+
+
+def test_showing_engine_calls_starts_no_live_machinery():
+    """A notebook on any machine shows the calls its engines get; the live engines' module loads only to run them."""
+    probe = ("import sys; from dflash_fi import notebook; from dflash_fi.records.runs import FLASH_ATTN, step_run\n"
+             "notebook.show_engine_calls([FLASH_ATTN, step_run(4)])\n"
+             "print(sorted(m for m in sys.modules if m.endswith('evidence.live') or m == 'vllm'))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "FLASH_ATTN" in out.stdout and out.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_an_excerpt_keeps_the_signature_and_the_blocks_asked_for():

@@ -10,6 +10,8 @@
                    docs/figures/
     draft_build.py what a draft's metadata build costs the host, steps 7-9, and the route by shape (07)
     costs.py       the draft's cost end to end as data: read, its tables and its bottom line (08)
+    cost_engines.py  the engine benchmark's engines, planned and as vLLM resolved them; the route checked (08)
+    gains.py       the RTX 4090 path's gain over no speculation: its table and verdict (08)
     today.py       notebook 05's tables: step 4 against vLLM 0.24.0, the lesson's places in three releases, the claims
     rendered.py    how many browser screens a notebook's nbconvert HTML takes (`python -m dflash_fi.figures.rendered`)
 

@@ -119,3 +119,12 @@ def route_agrees(costs, shape, capability: tuple | None = None) -> bool | None:
     rule = final_draft_route(tuple(capability), "auto", *shape.heads, shape.batch)
     # the kept-plan fa2 path is the final step's FlashInfer wrapper: the benchmarks name it either way
     return shape.route in ({"flashinfer-xqa"} if rule is Prefill.XQA else {"dflash-fi-final", "flashinfer-fa2"})
+
+
+def routes_checked(costs) -> tuple[bool, str] | None:
+    """(every recorded route is its rule's, the shapes where one is not); None where `costs` or the drafter's heads
+    are not recorded."""
+    agrees = {s.name: route_agrees(costs, s) for s in costs.shapes} if costs else {}
+    if not agrees or None in agrees.values():
+        return None
+    return all(agrees.values()), ", ".join(name for name, ok in agrees.items() if not ok)

@@ -13,6 +13,7 @@ KERNEL_NAMES = {"flashinfer-xqa": "XQA", "dflash-fi-final": "fa2, kept plan", "f
                 "flashinfer-fa3": "FlashInfer fa3", "flashinfer-auto": "FlashInfer auto",
                 "vllm-flash-attn": "FlashAttention", "dflash-fi-final-graph": "fa2, graph wrapper"}
 PAIR_NAMES = {"embedded": "embedded pair", "qwen3-4b-shape": "Qwen3-4B shape"}
+GAIN = "{:.2f}x"  # a tokens/s ratio, as tables and verdicts print it
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class Interval:
         return None if d is None else cls(d["value"], d["low"], d["high"])
 
 
-def _text(e: Interval | None, fmt: str = "{:+.3f}") -> str:
+def interval_text(e: Interval | None, fmt: str = "{:+.3f}") -> str:
     return "not measured" if e is None else f"{fmt.format(e.value)} [{fmt.format(e.low)}, {fmt.format(e.high)}]"
 
 
@@ -135,22 +136,8 @@ def cost_table(costs: Costs) -> str:
              "ms per call (share of copy bandwidth) | the fastest FlashInfer kernel: the route's? |", "|---|---|---|---|---|"]
     for s in costs.shapes:
         fastest = "the route's" if s.fastest in (None, s.route) else timed(s.kernel(s.fastest))
-        lines.append(f"| {s.name} | {_text(s.build)}: **{s.build_outcome.value}** | {_text(s.attention)} | "
+        lines.append(f"| {s.name} | {interval_text(s.build)}: **{s.build_outcome.value}** | {interval_text(s.attention)} | "
                      f"{timed(s.kernel(s.route))} | {fastest}: **{s.kernel_outcome.value}** |")
-    return "\n".join(lines)
-
-
-def gain_table(costs: Costs) -> str:
-    """Markdown: the RTX 4090 path per batch, tokens/s and the gains over no speculation."""
-    def tps(v):
-        return "-" if v is None else f"{v:.0f}"
-    lines = ["| batch | no speculation, tokens/s | step 4 draft, tokens/s (over no speculation [95%]) | final draft, "
-             "tokens/s (over no speculation [95%]) | final over step 4 [95%] | tau, step 4 / final |", "|---|" + "---|" * 5]
-    for g in costs.gains:
-        tau = " / ".join("-" if t is None else f"{t:.2f}" for t in (g.tau_step4, g.tau_final))
-        lines.append(f"| {g.batch} | {tps(g.no_speculation)} | {tps(g.step4)} ({_text(g.step4_gain, '{:.3f}x')}) | "
-                     f"{tps(g.final)} ({_text(g.final_gain, '{:.3f}x')}) | {_text(g.final_over_step4, '{:.3f}x')} | "
-                     f"{tau} |")
     return "\n".join(lines)
 
 
@@ -167,8 +154,15 @@ def figure_verdict(costs: Costs) -> str:
     return (f"the grey bars are noise: two FLASH_ATTN drafts that differ in nothing give intervals up to {noise:.3f} ms "
             f"wide, within their bound (±{' to '.join(bounds[::max(len(bounds) - 1, 1)]) or '?'} ms) at "
             f"{sum(s.aa_within for s in costs.shapes)} of {len(costs.shapes)} shapes. A marker whose interval stays off "
-            f"0 is a real difference: at {len(real)} of {len(costs.shapes)} shapes" + (": " + "; ".join(real) if real
-                                                                                      else "") + ".")
+            f"0 is a real difference: at {len(real)} of {len(costs.shapes)} shapes{_which(costs, real)}.")
+
+
+def _which(costs: Costs, names: list[str]) -> str:
+    """': a; b', or ', all but c' where that is the shorter list: the reader is told the few."""
+    rest = [s.name for s in costs.shapes if s.name not in names]
+    if not names or not rest:
+        return ""
+    return ": " + "; ".join(names) if len(names) <= len(rest) else ", all but " + "; ".join(rest)
 
 
 def targets_verdict(costs: Costs) -> str:
@@ -203,29 +197,30 @@ def bottom_line(costs: Costs) -> str:
                f"the kernel at {len(kernel)} of them and the host build at {len(behind) - len(kernel)}")
         worst = max(behind, key=lambda s: max(s.attention.value if s.attention else 0, s.build.value if s.build else 0))
         ran, fa = worst.kernel(worst.route), worst.kernel("vllm-flash-attn")
-        text += (f" Where it costs more, it is {why}: its host build meets its target (at most the FLASH_ATTN draft's) "
-                 f"at {met} of {n} shapes, and the largest gap, at {worst.name}, is {_text(worst.attention)} ms of "
-                 f"attention and {_text(worst.build)} ms of build a step, on "
-                 f"{KERNEL_NAMES.get(worst.route, worst.route or 'a kernel not recorded')}"
+        text += (f" Where it costs more, it is {why}. The largest gap, at {worst.name}, is "
+                 f"{interval_text(worst.attention)} ms of attention and {interval_text(worst.build)} ms of build a "
+                 f"step, on {KERNEL_NAMES.get(worst.route, worst.route or 'a kernel not recorded')}"
                  + (f" at {ran.share_of_copy:.0%} of copy bandwidth" if ran else "")
                  + (f" where FlashAttention reaches {fa.share_of_copy:.0%}" if fa else "") + ".")
-    else:
-        text += f" Its host build meets its target (at most the FLASH_ATTN draft's) at {met} of {n} shapes."
+    text += f" Its host build meets its target (at most the FLASH_ATTN draft's) at {met} of {n} shapes."
     if any(s.kernel_outcome is not Outcome.NOT_MEASURED for s in shapes):
         text += (f" Its route runs the fastest FlashInfer kernel at {sum(s.kernel_outcome is Outcome.MET for s in shapes)}"
                  f" of {n} shapes.")
-    if costs.gains:
-        batches = ", ".join(str(g.batch) for g in costs.gains)
+    return text + " " + gains_sentence(costs)
 
-        def gains(pick):
-            shown = ["-" if pick(g) is None else f"{pick(g).value:.2f}x" for g in costs.gains]
-            return (f"{shown[0]} {{}} at every batch" if len(set(shown)) == 1 else ", ".join(shown) + " {} at batch "
-                    + batches).format("no speculation's tokens/s")
-        text += (f" On the RTX 4090 path, where FlashInfer is the draft's only backend, DFlash with the final draft runs "
-                 f"at {gains(lambda g: g.final_gain)}; with the PR's own step-4 draft at {gains(lambda g: g.step4_gain)}.")
-    else:
-        text += " The RTX 4090 path's gain is not recorded yet."
-    return text
+
+def gains_sentence(costs: Costs) -> str:
+    """The bottom line's sentence on the RTX 4090 path: both drafts' gains, once where every batch agrees."""
+    if not costs.gains:
+        return "The RTX 4090 path's gain is not recorded yet."
+
+    def gains(pick) -> str:
+        shown = ["-" if pick(g) is None else GAIN.format(pick(g).value) for g in costs.gains]
+        if len(set(shown)) == 1:
+            return f"{shown[0]} no speculation's tokens/s at every batch"
+        return f"{', '.join(shown)} no speculation's tokens/s at batch {', '.join(str(g.batch) for g in costs.gains)}"
+    return (f"On the RTX 4090 path, where FlashInfer is the draft's only backend, DFlash with the final draft runs at "
+            f"{gains(lambda g: g.final_gain)}; with the PR's own step-4 draft at {gains(lambda g: g.step4_gain)}.")
 
 
 def recorded_on(costs: Costs) -> str:

@@ -9,8 +9,9 @@
 Output that moves from machine to machine goes to cells tagged `nbval-ignore-output`. Nothing here runs at import.
 
 May import: dflash_fi.records, dflash_fi.freshness, dflash_fi.figures, dflash_fi.steps, dflash_fi.lab, dflash_fi.logs,
-dflash_fi.stack, dflash_fi.errors; and only when called, dflash_fi.proof.evidence: a session's live engines on a GPU,
-and the `LLM(...)` arguments those engines are given (`show_engine_calls`, so that the calls shown are the calls run).
+dflash_fi.stack, dflash_fi.errors; and only when called, dflash_fi.proof.evidence: a session's live engines on a GPU
+(`live`), and the `LLM(...)` arguments engines are given (`plan`, for `show_engine_calls`: the calls shown are the
+calls run).
 """
 
 from dflash_fi.notebook.cells import (changed_rows, check, recorded, show, show_hunks, show_source,  # noqa: F401

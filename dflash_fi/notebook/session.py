@@ -81,9 +81,9 @@ class Session:
             return "live"
         return "as the evidence pass judged them" + (", on older code" if _walkthrough_older() else "")
 
-    def check(self, records: dict, reference: dict) -> list:
+    def check(self, records: dict, reference: dict, quiet: bool = False) -> list:
         """The walkthrough's checks of these records (by RunId): judged now on live records, or as the evidence pass
-        judged them; one line each."""
+        judged them; one line each, unless `quiet` (the caller says it in one)."""
         import dflash_fi.records.summary as S
 
         walkthrough = S.read().walkthrough()
@@ -93,7 +93,7 @@ class Session:
             found = judge(records, reference, walkthrough.margin)
         else:
             found = [c for c in walkthrough.checks if set(c.id.runs) <= set(records)]
-        for c in found:
+        for c in () if quiet else found:
             print(c.line())
         return found
 
@@ -197,7 +197,7 @@ def show_engine_calls(runs: list, resolved: dict | None = None) -> None:
     RunSpecs, or the walkthrough's RunIds (run at the live cells' size)."""
     from IPython.display import display
 
-    from dflash_fi.proof.evidence.live import engine_calls
+    from dflash_fi.proof.evidence.plan import engine_calls  # no live engine: the calls only
 
     listing, table = engine_calls(runs, resolved)
     display(listing)

@@ -1,5 +1,5 @@
-"""A notebook's engines, run live on the GPU: what `dflash_fi.notebook`'s session calls, and only on a GPU (and
-`engine_calls`, the `LLM(...)` calls a notebook shows).
+"""A notebook's engines, run live on the GPU: what `dflash_fi.notebook`'s session calls, and only on a GPU (the
+`LLM(...)` calls a notebook shows, on any machine, are `plan.engine_calls`).
 
 A notebook's live cells run small engines (several at once where the GPU has room) and check them with the
 walkthrough's own check functions and tolerances, against a reference-decoder run on the same prompts. The engines
@@ -67,20 +67,3 @@ def live_outcome(record) -> str:
     from dflash_fi.records.engine import outcome
 
     return "runs" if record.ok else f"fails: {outcome(record)}"
-
-
-def engine_calls(runs: list, resolved: dict | None = None):
-    """(listing, markdown table): engines as a reader would start them, the `LLM(...)` call they share once, then
-    what each changes (and `resolved`'s columns, by engine label). `runs`: RunSpecs, or the walkthrough's RunIds (at
-    the live cells' size)."""
-    from dflash_fi.figures.engine_calls import engine_calls as picture
-    from dflash_fi.plugin import STEP_ENV
-    from dflash_fi.proof.engine.spec import SHOWN_ARGUMENTS, engine_arguments
-    from dflash_fi.proof.evidence.plan import live_spec
-    from dflash_fi.records.runs import label
-    from dflash_fi.records.spec import RunSpec
-    from dflash_fi.stack import REPO_ROOT
-
-    specs = [r if isinstance(r, RunSpec) else live_spec(r, LIVE_PROMPTS, LIVE_NEW_TOKENS) for r in runs]
-    calls = {label(s.run): {k: v for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
-    return picture(calls, {label(s.run): s.run.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS, REPO_ROOT, resolved)

@@ -17,7 +17,7 @@ from dflash_fi.records.runs import (FLASH_ATTN, FLASH_ATTN_GRAPHS, FP8, NO_SPEC,
                                     graphs_run, rtx4090_run, step_run)
 from dflash_fi.records.spec import RunSpec
 from dflash_fi.proof.engine.workloads import MIXED_MAX_NUM_SEQS
-from dflash_fi.records.spec import DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS
+from dflash_fi.records.spec import DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS, LIVE_NEW_TOKENS, LIVE_PROMPTS
 
 # Every run gets the same KV cache (32 prompts x (97 + 128 + 16 draft) tokens need 512 blocks of 16; the mixed
 # workload's 40 running requests fewer) rather than one sized from the memory free at start-up: one difference
@@ -95,3 +95,19 @@ def live_spec(run: RunId, num_prompts: int, max_new_tokens: int) -> RunSpec:
 def expected_to_fail(run: RunId) -> bool:
     """Steps 0 and 1 fail by design: their failure is what the walkthrough shows."""
     return run.speculative and run.draft_backend in ("FLASHINFER", None) and run.step in (0, 1)
+
+
+def engine_calls(runs: list, resolved: dict | None = None):
+    """(listing, markdown table): engines as a reader would start them, the `LLM(...)` call they share once, then
+    what each changes (and `resolved`'s columns, by engine label). `runs`: RunSpecs, or the walkthrough's RunIds (at
+    the live cells' size)."""
+    from dflash_fi.figures.engine_calls import engine_calls as picture
+    from dflash_fi.plugin import STEP_ENV
+    from dflash_fi.proof.engine.spec import SHOWN_ARGUMENTS, engine_arguments
+    from dflash_fi.records.runs import label
+    from dflash_fi.records.spec import RunSpec
+    from dflash_fi.stack import REPO_ROOT
+
+    specs = [r if isinstance(r, RunSpec) else live_spec(r, LIVE_PROMPTS, LIVE_NEW_TOKENS) for r in runs]
+    calls = {label(s.run): {k: v for k, v in engine_arguments(s).items() if k in SHOWN_ARGUMENTS} for s in specs}
+    return picture(calls, {label(s.run): s.run.step for s in specs}, STEP_ENV, SHOWN_ARGUMENTS, REPO_ROOT, resolved)

@@ -1,0 +1,29 @@
+"""The RTX 4090 path's gain (notebook 08): what the PR makes possible where FlashInfer is the draft's only backend,
+tokens/s at the median step against no speculation, read from the engine benchmark's `rtx4090` rows
+(`dflash_fi.figures.costs.PathGain`) as the benchmark paired them."""
+
+from __future__ import annotations
+
+from dflash_fi.figures.costs import GAIN, Costs, interval_text
+
+
+def gain_table(costs: Costs) -> str:
+    """Markdown: the RTX 4090 path per batch, tokens/s and the gains over no speculation."""
+    def tps(v):
+        return "-" if v is None else f"{v:.0f}"
+    lines = ["| batch | no speculation, tokens/s | step 4 draft, tokens/s (over no speculation [95%]) | final draft, "
+             "tokens/s (over no speculation [95%]) | final over step 4 [95%] | tau, step 4 / final |", "|---|" + "---|" * 5]
+    for g in costs.gains:
+        tau = " / ".join("-" if t is None else f"{t:.2f}" for t in (g.tau_step4, g.tau_final))
+        lines.append(f"| {g.batch} | {tps(g.no_speculation)} | {tps(g.step4)} ({interval_text(g.step4_gain, GAIN)}) | "
+                     f"{tps(g.final)} ({interval_text(g.final_gain, GAIN)}) | "
+                     f"{interval_text(g.final_over_step4, GAIN)} | {tau} |")
+    return "\n".join(lines)
+
+
+def gain_verdict(costs: Costs) -> str:
+    """What to see in `gain_table`: the final draft's best gain, and which column is what steps 5-9 add."""
+    best = max(costs.gains, key=lambda g: g.final_gain.value if g.final_gain else 0)
+    best_text = "not measured" if best.final_gain is None else GAIN.format(best.final_gain.value)
+    return (f"on this path DFlash with the final draft runs at {best_text} no speculation's tokens/s at batch "
+            f"{best.batch}, its best; the column 'final over step 4' is what steps 5-9 add to the PR's draft there.")
