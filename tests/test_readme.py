@@ -93,3 +93,30 @@ def test_the_results_page_names_commands_as_typed_and_notebooks_by_their_names_n
     assert not re.search(r"`/\S+/dflash-fi ", page), "a command shows a machine's path"
     table = blocks()["step-table"]
     assert all(f"`notebooks/{NOTEBOOK_OF_STEP[step]}`" in line for step, line in enumerate(table.splitlines()[2:]))
+
+
+def test_the_readme_and_the_results_page_carry_the_drafts_cost_once_recorded(tmp_path, monkeypatch):
+    """An engine benchmark with the draft's cost: the README's verdict counts its recorded verdicts and the RTX 4090
+    path's gains; docs/RESULTS.md gets its tables. One without it (an older pass's) has no such line."""
+    import sys
+    from pathlib import Path
+
+    from dflash_fi.proof import readme
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_figures import draft_cost_data, fresh_summary
+
+    data = {**draft_cost_data(), "targets": [], "warm_up_rounds": 1}
+    data["rtx4090"][1]["final_gain"] = {"value": 1.9, "low": 1.8, "high": 2.0}
+    monkeypatch.setattr(readme, "_summary", lambda: fresh_summary(tmp_path, data))
+    line = next(x for x in readme.verdict().splitlines() if "draft's cost" in x)
+    assert "at 6 shapes" in line and "at most the FLASH_ATTN draft's at 6 (0 missed, 0 unresolved)" in line
+    assert "DFlash with the final draft at 1.90-2.20x no speculation's tokens/s" in line and "step-4 draft at 2.10x" in line
+    assert "whole-engine targets" not in readme.verdict()  # none recorded: no line
+    from dflash_fi.proof.bench.draft_cost import latest_draft_cost
+    from dflash_fi.proof.bench.draft_report import results_section
+
+    page = "\n".join(results_section(latest_draft_cost(fresh_summary(tmp_path, data))))  # results_page's part
+    assert "## The draft's cost, inside the engine" in page and page.count("\n| embedded, ") == 6
+    monkeypatch.setattr(readme, "_summary", lambda: fresh_summary(tmp_path, {"targets": [], "warm_up_rounds": 1}))
+    assert "draft's cost" not in readme.verdict()

@@ -9,6 +9,7 @@ rewrites both; tests/test_readme.py checks that they hold exactly what they rend
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
@@ -119,6 +120,9 @@ def plan_race_line(checks) -> str | None:
 def verdict() -> str:
     """At most ten lines: what the committed evidence says, and where the tables are."""
     import dflash_fi.records.summary as S
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.proof.bench.draft_cost import latest_draft_cost
+    from dflash_fi.proof.bench.draft_report import headline
     from dflash_fi.proof.bench.stats import Outcome
     from dflash_fi.proof.bench.turns import stored_targets
     from dflash_fi.records.checks import Verdict as CheckVerdict
@@ -137,10 +141,14 @@ def verdict() -> str:
         if race := plan_race_line(checks):
             lines[-1] += " " + race.removeprefix("- ")
     if S.Section.BENCH_E2E in summary.entries:
+        with contextlib.suppress(NoRecord):  # an engine benchmark from before the draft was timed has no draft cost
+            lines.append(headline(latest_draft_cost(summary)))
         found = stored_targets(summary)
         counts = {v: sum(t.verdict is v for t in found) for v in Outcome}
-        lines.append("- The performance targets (engines in turns, 95% intervals): "
-                     + ", ".join(f"{counts[v]} {v.value}" for v in Outcome if counts[v]) + f" of {len(found)}.")
+        if found:
+            lines.append("- The whole-engine targets (tokens/s, step time, host build; engines in turns, 95% "
+                         "intervals): " + ", ".join(f"{counts[v]} {v.value}" for v in Outcome if counts[v])
+                         + f" of {len(found)}.")
     ran = []
     if S.Section.GPU_TESTS in summary.entries:
         counts = summary.entry(S.Section.GPU_TESTS).data["counts"]
@@ -160,6 +168,9 @@ def verdict() -> str:
 def results_page() -> str:
     """docs/RESULTS.md, whole."""
     import dflash_fi.records.summary as S
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.proof.bench.draft_cost import latest_draft_cost
+    from dflash_fi.proof.bench.draft_report import results_section
     from dflash_fi.proof.bench.results import build_summary, kernel_pivot, kernel_pivot_table, kernel_summary, latest_kernels
     from dflash_fi.proof.bench.turns import build_table, idle_cpu, latest_turns, stored_targets, targets_table, turns_table, \
         vcpu_summary
@@ -183,6 +194,8 @@ def results_page() -> str:
             parts += [f"Near-tie margin: {margin['margin']:.3f} nats ({margin['rule']}; this walkthrough's calibration "
                       f"pairs parted {margin['partings']} times, at gaps up to {margin['largest_gap']}).", ""]
     if S.Section.BENCH_E2E in summary.entries:
+        with contextlib.suppress(NoRecord):
+            parts += results_section(latest_draft_cost(summary))
         turns = latest_turns(summary)
         cpu = idle_cpu(turns)
         parts += ["## Engines in turns", "", f"Round 1 warms up and is not measured. Idle engines used "

@@ -60,3 +60,36 @@ def gain_table(gains: list[PathGain]) -> str:
                      f"{_interval(g.final_gain, '{:.2f}x')} | {_interval(g.final_over_step4, '{:.3f}x')} |")
     return "\n".join(lines)
 
+
+
+def headline(found) -> str:
+    """The README's line on the draft's cost and the RTX 4090 path's gain (`found`: draft_cost.DraftCosts), counted
+    from the verdicts the benchmark recorded."""
+    from dflash_fi.proof.bench.stats import Outcome
+
+    costs, n = found.costs, len(found.costs)
+    build = {o: sum(c.build_outcome is o for c in costs) for o in Outcome}
+    text = (f"- The draft's cost inside the engine, the final FlashInfer draft against the FLASH_ATTN draft at {n} "
+            f"shapes (95% intervals): its host build at most the FLASH_ATTN draft's at {build[Outcome.MET]} "
+            f"({build[Outcome.MISSED]} missed, {build[Outcome.UNRESOLVED]} unresolved); its route on the fastest "
+            f"FlashInfer kernel at {sum(c.kernel_outcome is Outcome.MET for c in costs)}; the A/A pair within its bound "
+            f"at {sum(c.aa_within for c in costs)}.")
+
+    def spread(pick) -> str:
+        values = sorted(pick(g).value for g in found.gains if pick(g) is not None)
+        return "not measured" if not values else (f"{values[0]:.2f}x" if values[0] == values[-1] else
+                                                   f"{values[0]:.2f}-{values[-1]:.2f}x")
+    if found.gains:
+        text += (f" The RTX 4090 path (FlashAttention 2, an FP8 cache; batches "
+                 f"{', '.join(str(g.batch) for g in found.gains)}): DFlash with the final draft at "
+                 f"{spread(lambda g: g.final_gain)} no speculation's tokens/s, with the PR's step-4 draft at "
+                 f"{spread(lambda g: g.step4_gain)}.")
+    return text
+
+
+def results_section(found) -> list[str]:
+    """docs/RESULTS.md's part on the draft's cost: its three tables."""
+    return ["## The draft's cost, inside the engine", "", "The final FlashInfer draft against the FLASH_ATTN draft, per "
+            "decoding step, paired by round, with the A/A pair (the FLASH_ATTN draft's twin) beside it.", "",
+            draft_cost_table(list(found.costs)), "", "### Its kernel against the kernel benchmark", "",
+            kernel_share_table(list(found.costs)), "", "### The RTX 4090 path", "", gain_table(list(found.gains)), ""]
