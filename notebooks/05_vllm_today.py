@@ -41,21 +41,13 @@ print(f"{len(SHA256)} files of vLLM {', '.join(VERSIONS)} read, each as pinned")
 # into prefill and decode, each `plan()`'s causality, `metadata.causal`, cascade, refusals and warnings.
 
 # %%
-from dflash_fi.figures.today import comparison_table, difference_words
-from dflash_fi.lab.merged import Difference, compare, difference
+from dflash_fi.figures.today import comparison_table, merged_verdict
+from dflash_fi.lab.merged import compare, tally
 
 builds = compare(seeds=8)
 show(comparison_table(builds))
-kinds = {b: difference(b) for b in builds}
-differ = [b for b in builds if kinds[b] is not None]
-configs = {b.config for b in builds}
-mixed = {b.config for b in differ} & {b.config for b in builds if kinds[b] is None}
-named = sorted({k for k in kinds.values() if k is not None}, key=lambda k: k.name)
-verdict(f"{len(builds) - len(differ)} of {len(builds)} builds decide every field alike. The {len(differ)} that "
-        f"differ all have an NVFP4 KV cache, and fall in {len(named)} named kinds "
-        f"({'; '.join(difference_words(k)[0] for k in named)}): one is another PR of 0.24.0, the other is step 3 "
-        f"refusing NVFP4 before `build()` writes anything. The configurations column adds up to more than "
-        f"{len(configs)} because {len(mixed)} configurations have builds in both rows.")
+counts = tally(builds)
+verdict(merged_verdict(counts))
 
 # %% [markdown]
 # ## The places the lesson taught, release by release
@@ -64,19 +56,10 @@ verdict(f"{len(builds) - len(differ)} of {len(builds)} builds decide every field
 # and names the PR whose thread says why ("not the lesson's": other layers). The diffs are in the appendix.
 
 # %%
-from dflash_fi.figures.today import places_table, told
-from dflash_fi.lab.today import PLACES, changes, priorities
-from dflash_fi.upstream import CLAIMS, LESSON, MERGED, TODAY, claim
+from dflash_fi.figures.today import places_table, places_verdict
 
 show(places_table())
-changed = {hop: [p.title for p in PLACES if changes(p)[hop].diff] for hop in (0, 1)}
-kept = [p.title for p in PLACES if not changes(p)[1].diff]
-pr_claims = [c for c in CLAIMS if c.step <= 4]
-held = [c for c in pr_claims if c.since in (LESSON, MERGED)]  # shown since then: every later release's code too
-around = [claim("flash_attn_first"), claim("xqa_draft")]
-verdict(f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.0, {len(changed[1])} from 0.24.0 to "
-        f"0.33.0; unchanged since the merge: {' and '.join(kept)}. {len(held)} of the PR's {len(pr_claims)} claims "
-        f"(table further down) still show in {TODAY}'s code. Around them, upstream's code now has: {told(around)}.")
+verdict(places_verdict())
 
 # %% [markdown]
 # ## The priority lists of 0.33.0
@@ -88,18 +71,13 @@ verdict(f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.
 # %%
 from IPython.display import display
 
-from dflash_fi.figures.today import noncausal_branch, priority_table
-from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090, sm
+from dflash_fi.figures.today import noncausal_branch, priority_table, priority_verdict
+from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
 
 gpus = (RTX_4090, HOPPER, BLACKWELL)
 display(noncausal_branch())
 show(priority_table(gpus))
-moved = [cap for cap in gpus if priorities(TODAY, cap, True) != priorities(LESSON, cap)]
-first = {cap: priorities(TODAY, cap, True)[0] for cap in moved}
-verdict(f"only {', '.join(f'SM {sm(c)}' for c in moved)} changes, and only for a non-causal layer: a DFlash draft "
-        f"that names no backend gets {', '.join(set(first.values()))} first there "
-        f"({', '.join(claim('flash_attn_first').prs)}, {claim('flash_attn_first').when()}). On the other GPUs "
-        "the walk is 0.22.1's.")
+verdict(priority_verdict(gpus))
 
 # %% [markdown]
 # ## The PR's claims against upstream's code
@@ -108,16 +86,10 @@ verdict(f"only {', '.join(f'SM {sm(c)}' for c in moved)} changes, and only for a
 # for in a definition of each release; "in the code" is the first release from which every later one shows it.
 
 # %%
-from collections import Counter
+from dflash_fi.figures.today import claims_table, claims_verdict, pr_claims
 
-from dflash_fi.figures.today import claims_table
-from dflash_fi.notebook import NOTEBOOK_OF_STEP
-
-show(claims_table(pr_claims))
-rest = Counter(NOTEBOOK_OF_STEP[c.step] for c in CLAIMS if c not in pr_claims)
-verdict(f"the PR's {len(pr_claims)} rows are all {MERGED}'s code ({sum(c.since == MERGED for c in pr_claims)} of "
-        f"{len(pr_claims)}). The other {sum(rest.values())} rows are steps 5-9's, taught "
-        + " and ".join(f"in {nb} ({n} rows)" for nb, n in rest.items()) + f"; all {len(CLAIMS)}: appendix.")
+show(claims_table(pr_claims()))
+verdict(claims_verdict())
 
 # %% [markdown]
 # ## On the GPU
@@ -127,6 +99,9 @@ verdict(f"the PR's {len(pr_claims)} rows are all {MERGED}'s code ({sum(c.since =
 
 # %% tags=["gpu"]
 from dflash_fi.lab.merged import Config
+from dflash_fi.lab.today import priorities
+from dflash_fi.upstream import LESSON, MERGED, TODAY
+from dflash_fi.vocabulary import sm
 
 if session.gpu_cell():
     here = tuple(session.gpu.capability)
@@ -140,27 +115,26 @@ if session.gpu_cell():
 # ### Check
 
 # %%
-from dflash_fi.lab.today import installed_priorities
+from dflash_fi.lab.merged import Difference
+from dflash_fi.lab.today import installed_priorities, moved_priorities, priorities
+from dflash_fi.upstream import CLAIMS, LESSON, TODAY
 
 check("the isolated priority function gives what vLLM 0.22.1's own returns, on every GPU here",
       all(priorities(LESSON, cap) == installed_priorities(cap) for cap in gpus))
 check("step 4 against vLLM 0.24.0: every difference named, all of them NVFP4",
-      Difference.UNEXPLAINED not in kinds.values() and all(b.config.kv_cache_dtype == "nvfp4" for b in differ),
-      f"{len(builds)} builds, {len(configs)} configurations")
+      Difference.UNEXPLAINED not in counts.kinds and counts.nvfp4_only,
+      f"{counts.builds} builds, {counts.configs} configurations")
 check("only SM 10.0's list moves, and only for a non-causal layer",
-      moved == [BLACKWELL] and priorities(TODAY, BLACKWELL, False) == priorities(LESSON, BLACKWELL))
+      moved_priorities(gpus) == [BLACKWELL] and priorities(TODAY, BLACKWELL, False) == priorities(LESSON, BLACKWELL))
 check("each claim's release is what the releases' code shows", all(c.shown_since() == c.since for c in CLAIMS))
 
 # %% [markdown]
 # ## What you saw, and what's next
 
 # %%
-graphs = claim("noncausal_graph_claim")
-verdict(f"PR #43081 is in vLLM {MERGED} as steps 1-4 wrote it: {len(builds) - len(differ)} of {len(builds)} builds "
-        f"decide alike, the {len(differ)} others only on NVFP4, for {len(named)} named reasons. By {TODAY}, "
-        f"{len(held)} of its {len(pr_claims)} claims still hold, and upstream built around it: {told(around)}. Next, "
-        f"notebook 06: how vLLM picks a CUDA-graph mode from a backend's claim, FlashInfer's claim fixed "
-        f"({', '.join(graphs.prs)}, {graphs.when()}), and step 6.")
+from dflash_fi.figures.today import closing_verdict
+
+verdict(closing_verdict(counts))
 
 # %% [markdown] tags=["appendix"]
 # ## Appendix: how the code is read, every claim, the diffs
@@ -181,6 +155,8 @@ verdict(f"PR #43081 is in vLLM {MERGED} as steps 1-4 wrote it: {len(builds) - le
 # Every claim about upstream, steps 1-9 (notebooks 06 and 07 read their own rows):
 
 # %% tags=["appendix"]
+from collections import Counter
+
 from dflash_fi.upstream import Agreement
 
 show(claims_table(CLAIMS))

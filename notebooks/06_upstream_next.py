@@ -41,7 +41,8 @@ session = setup("06_upstream_next", live=live_runs, reads=(S.Section.WALKTHROUGH
 # ## What the runner asks, in vLLM 0.22.1
 #
 # Every group's builder, draft layers too, is asked for its claim **with the engine's (target's) config**; the weakest
-# answer sets one mode for the whole engine:
+# answer sets one mode for the whole engine. The table below also gives FlashInfer's claim for the draft's own config
+# (`use_non_causal`), which vLLM 0.22.1 does not ask:
 
 # %%
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
@@ -63,18 +64,14 @@ show_source(CompilationConfig.resolve_cudagraph_mode_and_sizes,
             mark=(r"UNIFORM_BATCH\.value$", r"cudagraph_mode = CUDAGraphMode.PIECEWISE$"))
 
 # %%
-# Steps 4-6's claims on pretended GPUs, as vLLM resolves them (FLASH_ATTN target; draft config: use_non_causal)
-from dflash_fi.lab.graphs import cudagraph_claims, format_claims
-from dflash_fi.vocabulary import BLACKWELL, HOPPER
+# Steps 4-6 on pretended GPUs, as vLLM resolves them with a FLASH_ATTN target
+from dflash_fi.figures.upstream_next import modes_verdict
+from dflash_fi.lab.graphs import format_claims
+from dflash_fi.lab.today import graph_claims
 
-claims = {(c["step"], c["capability"]): c for c in (cudagraph_claims(step, capability, trtllm) for step in (4, 5, 6)
-                                                     for capability, trtllm in ((HOPPER, False), (BLACKWELL, True)))}
+claims = graph_claims(steps=(4, 5, 6))
 show(format_claims(list(claims.values())))
-c90, c100 = {s: claims[s, "9.0"] for s in (4, 5, 6)}, {s: claims[s, "10.0"] for s in (4, 5)}
-verdict(f"on SM 9.0 steps 4 and 5 claim {c90[4]['flashinfer_claim']}; the engine resolves {c90[4]['resolved_mode']}: "
-        f"a FlashInfer draft costs every layer its FULL graphs (a cost no benchmark here measures); step 6 resolves "
-        f"{c90[6]['resolved_mode']}. On SM 10.0 with TRTLLM, step 4 claims {c100[4]['flashinfer_claim_draft_config']} "
-        f"even for the draft's config, step 5 {c100[5]['flashinfer_claim_draft_config']}: that is #48167, next.")
+verdict(modes_verdict(claims))
 
 # %% [markdown]
 # ## Step 5, hunk 3: vLLM #48167
@@ -84,19 +81,16 @@ verdict(f"on SM 9.0 steps 4 and 5 claim {c90[4]['flashinfer_claim']}; the engine
 # Blackwell, the batches that change if each group is asked with its own config:
 
 # %%
+from dflash_fi.figures.upstream_next import replay_table, replay_verdict
 from dflash_fi.lab.batches import STANDARD_BATCHES
-from dflash_fi.figures.today import replay_table
 from dflash_fi.lab.today import graphs_by_batch
+from dflash_fi.vocabulary import BLACKWELL
 
 show_hunks(5, only=[3], context=0)
 bites = {step: graphs_by_batch(step, BLACKWELL) for step in (4, 5)}
 changed = [b for b in STANDARD_BATCHES if bites[4][b] != bites[5][b]]
 show(replay_table(bites, changed))
-kept = [b for b in STANDARD_BATCHES if b not in changed]
-verdict(f"{len(changed)} of {len(STANDARD_BATCHES)} batches change, both DFlash draft batches: asked per group, step 4 "
-        f"would put FlashInfer's non-causal prefill in a {bites[4][changed[0]][2]} graph, replaying the plan of "
-        f"capture time for every later block; #48167 makes it {bites[5][changed[0]][2]}. The other {len(kept)}, the "
-        "target's, keep their paths, claims and graphs.")
+verdict(replay_verdict(bites, changed))
 
 # %% [markdown]
 # Step 5's other hunks (appendix) pin the draft to FlashInfer's **fa2** kernel, not `auto`'s **fa3**. Why, at DFlash's
@@ -105,7 +99,7 @@ verdict(f"{len(changed)} of {len(STANDARD_BATCHES)} batches change, both DFlash 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.figures import kernels_over_fa2
 from dflash_fi.figures.style import pyplot
-from dflash_fi.figures.today import DRAFT_KERNELS, DRAFT_KVS, fa2_verdict
+from dflash_fi.figures.upstream_next import DRAFT_KERNELS, DRAFT_KVS, fa2_verdict
 from dflash_fi.notebook import recorded, section_note
 
 kernels = recorded(lambda: S.read().rows(S.Section.BENCH_KERNELS), "the kernel benchmark")
@@ -123,16 +117,12 @@ if kernels:
 # configs; a draft block keeps step 3's wrapper:
 
 # %%
-from dflash_fi.lab.routes import path_label
-from dflash_fi.lab.routing import routing_report
+from dflash_fi.figures.upstream_next import wrapper_verdict
+from dflash_fi.lab.today import wrappers_moved
 
 show_hunks(6, only=[3, 5], context=0, joined=True)
-hopper = {step: claims[step, "9.0"] for step in (5, 6)}
-wrappers = {s: {r.batch: r for r in routing_report(s, cuda_graphs=True).routes} for s in (5, 6)}
-moved = [batch for batch in wrappers[5] if wrappers[5][batch].prefill is not wrappers[6][batch].prefill]
-verdict(f"step 5 resolves {hopper[5]['resolved_mode']}, step 6 {hopper[6]['resolved_mode']} (with a FlashInfer target "
-        f"too: {hopper[6]['resolved_mode_flashinfer_target']}). Of the CPU lab's {len(wrappers[6])} batches only "
-        f"'{moved[0].name}' changes wrapper, to '{path_label(wrappers[6][moved[0]].prefill, wrappers[6][moved[0]])}'.")
+moved = wrappers_moved(5, 6)  # step 6's routes whose prefill wrapper is not step 5's
+verdict(wrapper_verdict(claims, moved))
 
 # %% [markdown]
 # ## On the GPU: step 6's graph wrappers, running
@@ -148,51 +138,42 @@ show_engine_calls(live_runs)
 live = session.run_live(live_runs)
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.figures.today import engines_table, identical_outputs, tau_verdict
+from dflash_fi.figures.upstream_next import engines_table, engines_verdict
 
 records, reference, source = session.evidence(live_runs)
 show(f"{source}\n\n{engines_table(records)}")
-at4, at6 = (records[run] for run in live_runs[1:])
 seen, _, _ = session.evidence([runs.step_run(4), *live_runs])  # 04's engine too: the summary's, one prompt set
-same = identical_outputs(seen, live_runs[1], live_runs[0])
-verdict(f"step 4's FlashInfer engine resolves {at4.cudagraph_mode}, step 6's {at6.cudagraph_mode}: every verify batch "
-        f"in a FULL graph, through a graph prefill wrapper."
-        + tau_verdict(at4, at6, seen.get(runs.step_run(4)), seen.get(live_runs[1]), same))
+verdict(engines_verdict(records, seen, live_runs, eager=runs.step_run(4)))
 
 # %% [markdown]
 # ### Check
 
 # %% tags=["nbval-ignore-output"]
-import contextlib
-import io
+from dflash_fi.figures.upstream_next import failing
+from dflash_fi.lab.today import by_step
+from dflash_fi.vocabulary import HOPPER
 
-with contextlib.redirect_stdout(io.StringIO()) as lines:  # one line per check: all passing, one line says so
-    ran = session.check(records, reference)
+draft_claim_on_blackwell = by_step(claims, BLACKWELL, "flashinfer_claim_draft_config")
 check("on Blackwell step 4 claims UNIFORM_BATCH for the draft's config, step 5 (#48167) not",
-      claims[4, "10.0"]["flashinfer_claim_draft_config"] == "UNIFORM_BATCH"
-      and claims[5, "10.0"]["flashinfer_claim_draft_config"] == "UNIFORM_SINGLE_TOKEN_DECODE")
+      draft_claim_on_blackwell[4] == "UNIFORM_BATCH" and draft_claim_on_blackwell[5] == "UNIFORM_SINGLE_TOKEN_DECODE")
 check("asked with their own config, only the draft batches change: FULL at step 4, PIECEWISE at step 5",
       changed == [b for b in STANDARD_BATCHES if b.role == "draft"]
-      and all(bites[4][b][2] == "FULL" and bites[5][b][2] == "PIECEWISE" for b in changed))
+      and all(bites[4][b].graph == "FULL" and bites[5][b].graph == "PIECEWISE" for b in changed))
+ran = session.check(records, reference, quiet=True)  # said in one line below
 passed = bool(ran) and all(c.passed for c in ran)
 check(f"the walkthrough's {len(ran)} checks of these engines pass (texts by the near-tie rule)", passed,
-      session.judged() if passed else lines.getvalue().strip())
+      session.judged() if passed else failing(ran))
+mode, mode_fi_target = (by_step(claims, HOPPER, f) for f in ("resolved_mode", "resolved_mode_flashinfer_target"))
 check("step 6 keeps SM 9.0's FULL_AND_PIECEWISE (step 5: PIECEWISE), with either target, changing one wrapper",
-      hopper[5]["resolved_mode"] == "PIECEWISE" and len(moved) == 1 and {hopper[6][k] for k in (
-          "resolved_mode", "resolved_mode_flashinfer_target")} == {"FULL_AND_PIECEWISE"})
+      mode[5] == "PIECEWISE" and mode[6] == mode_fi_target[6] == "FULL_AND_PIECEWISE" and len(moved) == 1)
 
 # %% [markdown]
 # ## What you saw, and what's next
 
 # %%
-from dflash_fi.upstream import claim
+from dflash_fi.figures.upstream_next import closing_verdict
 
-graph_claim, wrappers_claim = claim("noncausal_graph_claim"), claim("graph_prefill_wrappers")
-verdict(f"the weakest claim sets one mode: on SM 9.0 a FlashInfer draft gives {hopper[5]['resolved_mode']} "
-        f"through step 5 ({graph_claim.prs[0]} keeps draft blocks out of FULL graphs, {graph_claim.when()}); step "
-        f"6's graph wrappers win back {hopper[6]['resolved_mode']}, changing {len(moved)} of "
-        f"{len(wrappers[6])} batches' wrapper. Upstream {wrappers_claim.agreement.value.removeprefix('upstream ')} "
-        f"({wrappers_claim.theirs}). Next, 07: what a draft's metadata build costs the host.")
+verdict(closing_verdict(claims, moved))
 
 # %% [markdown] tags=["appendix"]
 # ## Appendix: step 5's kernel hunks, step 6's wrappers, both steps' diffs

@@ -13,6 +13,7 @@
     cost_engines.py  the engine benchmark's engines, planned and as vLLM resolved them; the route checked (08)
     gains.py       the RTX 4090 path's gain over no speculation: its table and verdict (08)
     today.py       notebook 05's tables: step 4 against vLLM 0.24.0, the lesson's places in three releases, the claims
+    upstream_next.py  notebook 06's tables and verdicts: CUDA-graph claims and modes, the draft kernel, the engines
     rendered.py    how many browser screens a notebook's nbconvert HTML takes (`python -m dflash_fi.figures.rendered`)
 
 Each picture function returns a matplotlib Figure; notebooks show it inline, `dflash-fi figures` writes the

@@ -1,5 +1,5 @@
-"""Notebook 05's tables and listings, from the data of `dflash_fi.lab.merged`, `dflash_fi.lab.today` and
-`dflash_fi.upstream.CLAIMS` (its claims table is also notebooks 06's and 07's), and one count notebook 06 reads.
+"""Notebook 05's tables, listings and verdicts, from the data of `dflash_fi.lab.merged`, `dflash_fi.lab.today` and
+`dflash_fi.upstream.CLAIMS` (its claims table is also notebooks 06's and 07's).
 
     comparison_table(builds)   step 4 against vLLM 0.24.0: how many builds agree, and each named difference
     difference_words(kind)     a named difference in plain words: its label and a short why
@@ -9,8 +9,9 @@
     priority_table(gpus)       the priority lists of 0.22.1 and 0.33.0 (causal and non-causal), from their own source
     claims_table(claims)       each claim: this project's step against what upstream's code shows, and when
     told(claims)               what upstream's code does at each claim, its PRs and since when, as one clause
-    identical_outputs(records, run, baseline)   how many of a run's outputs equal its baseline's, of how many
-    engines_table(records)     notebook 06's engines: backends and CUDA-graph mode vLLM resolved, and tau
+    pr_claims(), AROUND        the claims of PR #43081 (steps 1-4), and what upstream's code has around them
+    merged_verdict(tally), places_verdict(), priority_verdict(gpus), claims_verdict(), closing_verdict(tally)
+                               each section's verdict, from the same data
 """
 
 from __future__ import annotations
@@ -135,77 +136,84 @@ def told(claims) -> str:
     return "; ".join(f"{c.theirs} ({', '.join((*c.prs, c.when()))})" for c in claims)
 
 
-def identical_outputs(records: dict, run, baseline) -> tuple[int, int] | None:
-    """(how many of `run`'s outputs on the uniform prompts equal `baseline`'s, of how many requests): counted from the
-    tokens where `records` (RunId -> EngineRecord) hold them, a live run's; else the evidence summary's count, made
-    when its pass still had them. None where neither has the pair."""
-    import dflash_fi.records.summary as S
-    from dflash_fi.records.runs import Workload
-
-    ours, theirs = (records[r].generate() if r in records else None for r in (run, baseline))
-    if ours and theirs and ours.tokens and theirs.tokens:
-        return sum(a == b for a, b in zip(ours.tokens, theirs.tokens)), len(ours.tokens)
-    row = next((r for r in S.read().walkthrough().sameness
-                if (r.run, r.baseline, r.workload) == (run, baseline, Workload.UNIFORM.value)), None)
-    return None if row is None else (row.identical, row.requests)
+AROUND = ("flash_attn_first", "xqa_draft")  # the claims on what upstream's code has around the PR's, by key
 
 
-def fa2_verdict(gpu: str, over: dict) -> str:
-    """Notebook 06's verdict on step 5's draft kernel, from `kernels_over_fa2`'s ratios (kernel, kv) -> shape -> time
-    over fa2's, for FlashInfer's fa3 and vLLM's FlashAttention on a bf16 and an fp8 cache (NaN: no such kernel)."""
-    fa3, fa = over["flashinfer-fa3", "bf16"], {kv: over["vllm-flash-attn", kv] for kv in ("bf16", "fp8-e4m3")}
-    worst, wins = max(fa3, key=fa3.get), {kv: sum(r < 1 for r in ratios.values()) for kv, ratios in fa.items()}
-    no_fp8 = all(r != r for r in over["flashinfer-fa3", "fp8-e4m3"].values())
-    return (f"on {gpu}, bf16 cache: fa3 is slower than fa2 at {sum(r > 1 for r in fa3.values())} of {len(fa3)} shapes, "
-            f"up to {fa3[worst]:.1f}x at {worst[0]}x{worst[1]}, never faster by more than {1 - min(fa3.values()):.0%}"
-            f"{'; on fp8 fa3 has no kernel' * no_fp8}. So step 5 pins fa2. vLLM's FlashAttention beats fa2 at "
-            f"{wins['bf16']} of {len(fa3)} shapes on bf16 and {wins['fp8-e4m3']} on fp8: whether a draft belongs on "
-            "FlashInfer at all, notebook 08 weighs end to end.")
+def pr_claims() -> list:
+    """The claims on PR #43081's own steps (1-4)."""
+    from dflash_fi.upstream import CLAIMS
+
+    return [c for c in CLAIMS if c.step <= 4]
 
 
-def tau_verdict(at4, at6, eager, ours, same: tuple[int, int] | None) -> str:
-    """Notebook 06's tau clauses: its step-4 and step-6 engines (FlashInfer target, CUDA graphs, live or recorded),
-    then notebook 04's eager step 4 (`eager`) against the same prompt set's step 4 of 06 (`ours`), with `same` =
-    `identical_outputs` of `ours` against plain decoding on its target. '' for what was not recorded."""
-    from dflash_fi.records.engine import short_backend
+def _held(claims) -> list:
+    """The claims every later release's code shows, 0.33.0's included: shown since 0.22.1 or 0.24.0."""
+    from dflash_fi.upstream import LESSON, MERGED
 
-    out = ""
-    if at4.tau and at6.tau:
-        out += (f" Tau {at4.tau:.3f} at step 4, {at6.tau:.3f} at step 6 ({at6.tau / at4.tau - 1:+.1%}): step 6 runs "
-                "the target's verify batches on its graph wrappers, whose rounding may pick the other of two near-tied "
-                "tokens (the checks below hold the texts equal up to near-ties), and tau moves with the texts.")
-    if eager is not None and ours is not None and eager.tau and ours.tau and same:
-        target = ", ".join(sorted({short_backend(b) for b in eager.target_backends}))
-        out += (f" Notebook 04's eager step 4 ({target} target) has tau {eager.tau:.3f} where this one has "
-                f"{ours.tau:.3f}: at near-ties the target's kernels pick the text, and so which drafts are accepted; "
-                f"only {same[0]}/{same[1]} of its outputs equal plain decoding's on the same target.")
-    return out
+    return [c for c in claims if c.since in (LESSON, MERGED)]
 
 
-def engines_table(records: dict) -> str:
-    """Notebook 06's engines (RunId -> EngineRecord): the backends vLLM resolved for target and draft layers, the
-    CUDA-graph mode it resolved, and tau ('-' where none)."""
-    from dflash_fi.records.engine import short_backend
-    from dflash_fi.records.runs import label
+def _around() -> str:
+    from dflash_fi.upstream import claim
 
-    def names(backends) -> str:
-        return ", ".join(sorted({short_backend(b) for b in backends})) or "-"
-
-    lines = ["| engine | target layers | draft layers | CUDA-graph mode | tau |", "|---|---|---|---|---|"]
-    lines += [f"| {label(run)} | {names(r.target_backends)} | {names(r.draft_backends)} | {r.cudagraph_mode} | "
-              + (f"{r.tau:.3f}" if r.tau else "-") + " |" for run, r in records.items()]
-    return "\n".join(lines)
+    return told([claim(key) for key in AROUND])
 
 
-def replay_table(bites: dict, batches) -> str:
-    """`graphs_by_batch` of steps 4 and 5 (`bites[step]`) for `batches`: each one's path, then per step its claim and
-    the graph it would replay."""
-    lines = ["| batch | its path | step 4: claim, would replay | step 5: claim, would replay |", "|---|---|---|---|"]
-    lines += [f"| {b.name} | {bites[4][b][0]} | " + " | ".join(", ".join(bites[s][b][1:]) for s in (4, 5)) + " |"
-              for b in batches]
-    return "\n".join(lines)
+_ORIGIN = {"NVFP4_NEEDS_SM100F": "another PR of 0.24.0",
+           "NVFP4_REFUSED_LATER": "step 3 refusing NVFP4 before `build()` writes anything",
+           "UNEXPLAINED": "nothing named"}  # where each kind of difference comes from, by `Difference` name
 
 
-DRAFT_KERNELS = {"flashinfer-fa3": "FlashInfer fa3 (auto, bf16)",
-                 "vllm-flash-attn": "vLLM's FlashAttention (FLASH_ATTN draft)"}  # against fa2, on these KV caches:
-DRAFT_KVS = ("bf16", "fp8-e4m3")
+def merged_verdict(tally) -> str:
+    """Notebook 05's verdict on step 4 against vLLM 0.24.0, from `dflash_fi.lab.merged.tally`."""
+    kinds = "; ".join(f"{difference_words(k)[0]}: {_ORIGIN[k.name]}" for k in tally.kinds)
+    return (f"{tally.alike} of {tally.builds} builds decide every field alike. The {len(tally.differ)} that differ "
+            f"{'all have' if tally.nvfp4_only else 'do not all have'} an NVFP4 KV cache, and fall in "
+            f"{len(tally.kinds)} named kinds ({kinds}). The configurations column adds up to more than "
+            f"{tally.configs} because {tally.mixed} configurations have builds in both rows.")
+
+
+def places_verdict() -> str:
+    from dflash_fi.lab.today import PLACES, changes
+
+    changed = [[p.title for p in PLACES if changes(p)[hop].diff] for hop in (0, 1)]
+    kept = [p.title for p in PLACES if not changes(p)[1].diff]
+    return (f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.0, {len(changed[1])} from 0.24.0 "
+            f"to 0.33.0; unchanged since the merge: {' and '.join(kept) or 'none'}. Upstream's code has also gained: "
+            f"{_around()}.")
+
+
+def priority_verdict(gpus) -> str:
+    from dflash_fi.lab.today import LESSON, TODAY, moved_priorities, priorities
+    from dflash_fi.upstream import claim
+
+    moved, why = moved_priorities(gpus), claim("flash_attn_first")
+    causal_kept = all(priorities(TODAY, cap, False) == priorities(LESSON, cap) for cap in gpus)
+    firsts = sorted({priorities(TODAY, cap, True)[0] for cap in moved})
+    return (f"only {', '.join(f'SM {sm(c)}' for c in moved)} changes, "
+            f"{'and only' if causal_kept else 'also'} for a non-causal layer: a DFlash draft that names no backend "
+            f"gets {', '.join(firsts)} first there ({', '.join(why.prs)}, {why.when()}). On the other GPUs the walk "
+            "is 0.22.1's.")
+
+
+def claims_verdict() -> str:
+    from dflash_fi.steps.course import NOTEBOOK_OF_STEP
+    from dflash_fi.upstream import CLAIMS, MERGED, TODAY
+
+    ours = pr_claims()
+    rest = collections.Counter(NOTEBOOK_OF_STEP[c.step] for c in CLAIMS if c not in ours)
+    return (f"{sum(c.since == MERGED for c in ours)} of the PR's {len(ours)} rows are {MERGED}'s code, and "
+            f"{len(_held(ours))} of {len(ours)} still show in {TODAY}'s. The other {sum(rest.values())} rows are steps "
+            "5-9's, taught " + " and ".join(f"in {nb} ({n} rows)" for nb, n in rest.items())
+            + f"; all {len(CLAIMS)}: appendix.")
+
+
+def closing_verdict(tally) -> str:
+    from dflash_fi.upstream import MERGED, TODAY, claim
+
+    ours, graphs = pr_claims(), claim("noncausal_graph_claim")
+    return (f"PR #43081 is in vLLM {MERGED} as steps 1-4 wrote it: {tally.alike} of {tally.builds} builds decide "
+            f"alike, the {len(tally.differ)} others {'only on NVFP4' if tally.nvfp4_only else 'not only on NVFP4'}, "
+            f"for {len(tally.kinds)} named reasons. By {TODAY}, {len(_held(ours))} of its {len(ours)} claims still "
+            f"hold, and upstream built around it: {_around()}. Next, notebook 06: how vLLM picks a CUDA-graph mode "
+            f"from a backend's claim, FlashInfer's claim fixed ({', '.join(graphs.prs)}, {graphs.when()}), and step 6.")

@@ -7,7 +7,8 @@ against 0.22.1's modules as it is; one name means something else there: `PIN_MEM
 
 `compare(configs, seeds)` builds the standard batches and seeded random draft and target batches under both, for each
 configuration (GPU, KV-cache dtype, TRTLLM, DCP), and keeps each decision as data (`Decision`); `difference(build)`
-names why two decisions differ (`Difference`), or says that nothing explains it. Nothing runs at import.
+names why two decisions differ (`Difference`), or that nothing explains it; `tally(builds)` counts them. Nothing runs
+at import.
 """
 
 from __future__ import annotations
@@ -87,9 +88,10 @@ class Difference(enum.Enum):
     NVFP4_NEEDS_SM100F = ("vLLM 0.24.0 refuses an NVFP4 KV cache off SM 10.x when the builder is made (#43669, "
                           "another PR in 0.24.0: FlashInfer's FP4 attention exists for sm100f only); vLLM 0.22.1, "
                           "under step 4, makes the builder")
-    NVFP4_REFUSED_LATER = ("both refuse a non-causal batch on an NVFP4 KV cache; 0.24.0 only in _get_prefill_wrapper, "
-                           "after it wrote the page table (and logged its TRTLLM warning), step 3 first thing in "
-                           "build(), on purpose: a refused batch leaves the builder as it was")
+    NVFP4_REFUSED_LATER = ("both refuse a non-causal batch on an NVFP4 KV cache; 0.24.0 only in "
+                           "`_get_prefill_wrapper`, after it wrote the page table (and logged its TRTLLM warning); "
+                           "step 3 refuses first thing in `build()`, on purpose: a refused batch leaves the builder "
+                           "as it was")
     UNEXPLAINED = "nothing above explains it"
 
 
@@ -105,6 +107,29 @@ def difference(build: Build) -> Difference | None:
             and not a.refusal.wrote_page_table and not a.warned and b.refusal.wrote_page_table):
         return Difference.NVFP4_REFUSED_LATER
     return Difference.UNEXPLAINED
+
+
+@dataclass(frozen=True)
+class Tally:
+    """`compare`'s builds counted: how many decide alike, which differ, why, and over how many configurations."""
+    builds: int
+    alike: int
+    differ: tuple[Build, ...]
+    kinds: tuple[Difference, ...]  # the kinds of difference found, by name
+    configs: int
+    mixed: int  # configurations with builds both alike and not
+
+    @property
+    def nvfp4_only(self) -> bool:
+        return all(b.config.kv_cache_dtype == "nvfp4" for b in self.differ)
+
+
+def tally(builds: list[Build]) -> Tally:
+    kinds = {b: difference(b) for b in builds}
+    differ = tuple(b for b in builds if kinds[b] is not None)
+    alike, named = {b.config for b in builds if kinds[b] is None}, sorted({kinds[b] for b in differ}, key=lambda k: k.name)
+    return Tally(len(builds), len(builds) - len(differ), differ, tuple(named), len({b.config for b in builds}),
+                 len(alike & {b.config for b in differ}))
 
 
 class MergedLab(RoutingLab):

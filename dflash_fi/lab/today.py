@@ -2,7 +2,10 @@
 
     PLACES, changes(place)                each place, and what changed at it from release to release, and why
     priorities(version, capability, ...)  a release's `_get_backend_priorities`, run from its own source
+    moved_priorities(gpus)                the GPUs whose list for a non-causal layer 0.33.0 changed
     graphs_by_batch(step, capability)     each lab batch's claim and replayed graph, its group asked with its own config
+    graph_claims(), by_step(...)          FlashInfer's CUDA-graph claims and the mode resolved, steps 4-6 (notebook 06)
+    wrappers_moved(before, after)         the batches whose prefill wrapper a step changed, with CUDA graphs
 
 Each claim about upstream (this project's steps against upstream's code) is `dflash_fi.upstream.CLAIMS`.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import __future__
 import ast
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dflash_fi.upstream import (CUDA, FLASHINFER, LESSON, MERGED, PROPOSER, SELECTOR, TODAY, VERSIONS,  # noqa: F401
                                 _node, definition, source)
@@ -94,10 +98,21 @@ def priorities(version: str, capability: tuple[int, int], use_non_causal: bool =
     return tuple(namespace["_get_backend_priorities"](False, DeviceCapability(*capability), **kwargs))
 
 
+def moved_priorities(gpus) -> list:
+    """The capabilities among `gpus` whose 0.33.0 list for a non-causal layer is not 0.22.1's."""
+    return [cap for cap in gpus if priorities(TODAY, cap, True) != priorities(LESSON, cap)]
+
+
+class Replay(NamedTuple):
+    path: str  # the batch's path through `build()`
+    claim: str  # its layers' CUDA-graph claim
+    graph: str  # the graph it would replay
+
+
 def graphs_by_batch(step: int, capability) -> dict:
-    """Batch -> (its path through `build()`, its layers' CUDA-graph claim, the graph it would replay), for each of the
-    CPU lab's standard batches at `step` (TRTLLM on, CUDA graphs on), each group asked with its own layers' config:
-    where #48167's claim bites (vLLM 0.22.1's runner asks every group with the target's)."""
+    """Batch -> `Replay` (its path through `build()`, its layers' CUDA-graph claim, the graph it would replay), for each
+    of the CPU lab's standard batches at `step` (TRTLLM on, CUDA graphs on), each group asked with its own layers'
+    config: where #48167's claim bites (vLLM 0.22.1's runner asks every group with the target's)."""
     import copy
 
     from vllm.config import set_current_vllm_config
@@ -117,8 +132,31 @@ def graphs_by_batch(step: int, capability) -> dict:
                     claim, "FlashInferBackend", uniform_decode_query_len=SPEC_DECODE_QUERY_LEN)
             uniform = set(batch.query_lens) == {SPEC_DECODE_QUERY_LEN}
             replay = mode.decode_mode() if uniform else mode.mixed_mode()
-            rows[batch] = (paths(lab.route(batch)), claim.name, replay.name)
+            rows[batch] = Replay(paths(lab.route(batch)), claim.name, replay.name)
     return rows
+
+
+def graph_claims(steps=(4, 5, 6)) -> dict:
+    """(step, capability) -> `cudagraph_claims`' row, on SM 9.0 without TRTLLM and on SM 10.0 with it."""
+    from dflash_fi.lab.graphs import cudagraph_claims
+    from dflash_fi.vocabulary import BLACKWELL, HOPPER
+
+    return {(step, cap): cudagraph_claims(step, cap, trtllm) for step in steps
+            for cap, trtllm in ((HOPPER, False), (BLACKWELL, True))}
+
+
+def by_step(claims: dict, capability, field: str) -> dict:
+    """Step -> one field of `graph_claims`' rows at `capability` ('flashinfer_claim_draft_config', 'resolved_mode')."""
+    return {step: row[field] for (step, cap), row in claims.items() if cap == tuple(capability)}
+
+
+def wrappers_moved(before: int, after: int) -> list:
+    """The routes of step `after` (CUDA graphs on, the lab's standard batches) whose prefill object is not step
+    `before`'s."""
+    from dflash_fi.lab.routing import routing_report
+
+    old, new = (routing_report(s, cuda_graphs=True).routes for s in (before, after))
+    return [b for a, b in zip(old, new) if a.prefill is not b.prefill]
 
 
 def installed_priorities(capability: tuple[int, int]) -> tuple[str, ...]:

@@ -69,3 +69,24 @@ def test_the_non_causal_branch_shown_is_0_33_0s_own_lines(upstream_wheels):
     own = upstream.definition(TODAY, upstream.CUDA, "_get_backend_priorities").splitlines()
     assert all(line in own for line in text[1:] if line.strip() != "...")
     assert any("not use_non_causal" in line for line in text)
+
+
+def test_a_failing_walkthrough_check_is_the_only_line_its_detail_gives():
+    from types import SimpleNamespace
+
+    from dflash_fi.figures.upstream_next import failing
+
+    ok, bad = (SimpleNamespace(passed=p, line=lambda p=p: f"{'PASS' if p else 'FAIL'}  x") for p in (True, False))
+    assert failing([ok, bad]) == "FAIL  x" and failing([ok]) == "" and "no walkthrough check" in failing([])
+
+
+def test_step_6_moves_one_batch_and_the_verdict_says_which_in_words():
+    from dflash_fi.figures.upstream_next import wrapper_verdict
+    from dflash_fi.lab.batches import VERIFY
+
+    moved = today.wrappers_moved(5, 6)
+    assert [r.batch for r in moved] == [VERIFY]
+    claims = {(s, HOPPER): {"resolved_mode": "PIECEWISE", "resolved_mode_flashinfer_target": "PIECEWISE"} for s in (5, 6)}
+    text = wrapper_verdict(claims, moved)
+    assert "only the target's verify batch of 4 requests moves to the CUDA-graph prefill wrapper (batch size 4)" in text
+    assert VERIFY.name not in text
