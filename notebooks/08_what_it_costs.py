@@ -118,15 +118,6 @@ if costs and costs.gains:
     verdict(gain_verdict(costs))
 
 # %% [markdown]
-# ## Bottom line
-
-# %%
-from dflash_fi.figures.costs import bottom_line
-
-if costs:
-    verdict(bottom_line(costs))
-
-# %% [markdown]
 # ### Check
 
 # %%
@@ -148,13 +139,12 @@ if session.gpu_cell() and costs:  # the rule read at this GPU's compute capabili
 # ## What you saw, and what's next
 #
 # A draft costs a decoding step two things that depend on its backend, the host build and the attention kernel,
-# measured here inside the engine against the FLASH_ATTN draft with noise beside them. Which one the final draft
-# still pays:
+# measured here inside the engine against the FLASH_ATTN draft, with the A/A pair's noise beside them. The bottom line:
 
 # %%
-from dflash_fi.figures.cost_engines import remaining_cost
+from dflash_fi.figures.costs import bottom_line
 
-verdict(remaining_cost(costs))
+verdict(bottom_line(costs))
 
 # %% [markdown]
 # The course ends here; the map is in notebook 00 and the README. Again on a GPU: `dflash-fi bench kernels --record`,

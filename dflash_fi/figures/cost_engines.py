@@ -1,7 +1,7 @@
 """The engines behind notebook 08, as a reader meets them: the engine benchmark's engines as its summary recorded them
 (their specs and what each resolved, the draft's backend and vLLM's CUDA-graph mode, for `show_engine_calls`), and,
 before a pass recorded them, the same engines described in words from their run ids (records only: no proof here);
-whether each shape's route is the one its rule gives; and which cost the final draft still pays, for the last words."""
+whether each shape's route is the one its rule gives."""
 
 from __future__ import annotations
 
@@ -70,41 +70,34 @@ def resolved_columns(records: list) -> dict[str, dict[str, str]]:
 
 
 def engines_verdict(records: list, final_step: int) -> str:
-    """Whether each pair's three draft-cost engines resolved what the comparison needs: one CUDA-graph mode, and the
-    draft's backend the same in the FLASH_ATTN draft and its twin and another in the final draft."""
+    """Whether the engines resolved what each comparison needs: per pair, one CUDA-graph mode and the draft's backend
+    the same in the FLASH_ATTN draft and its twin and another in the final draft; on the RTX 4090 path, FlashAttention
+    2 in all three engines and both drafts on FlashInfer (read from what vLLM resolved, not from what was asked)."""
+    from dflash_fi.figures.costs import PAIR_NAMES
+
     roles, drafts = dict(planned_engines(final_step)), resolved_columns(records)
     parts, alike = [], True
-    for pair in dict.fromkeys(r.run.pair for r in records):
+    for pair in dict.fromkeys(r.run.pair for r in records if roles.get(r.run) in ("a", "aa", "final")):
+        name = PAIR_NAMES.get(pair.value, pair.value)
         cost = {roles[r.run]: r for r in records if r.run.pair is pair and roles.get(r.run) in ("a", "aa", "final")}
         if set(cost) != {"a", "aa", "final"}:
-            parts.append(f"{pair.value}: not all three recorded")
+            parts.append(f"{name}: not all three recorded")
             alike = False
             continue
         modes = sorted({str(r.cudagraph_mode) for r in cost.values()})
         backend = {role: drafts[label(r.run)]["draft backend, resolved"] for role, r in cost.items()}
         alike &= len(modes) == 1 and backend["a"] == backend["aa"] != backend["final"]
-        parts.append(f"{pair.value}: CUDA graphs {' / '.join(modes)}, the FLASH_ATTN draft and its twin on "
+        parts.append(f"{name}: CUDA graphs {' / '.join(modes)}, the FLASH_ATTN draft and its twin on "
                      f"{backend['a']}, the final draft on {backend['final']}")
-    return ("; ".join(parts) + (": each pair's engines differ in the draft's backend alone, as the comparison needs"
-                                if alike else ": NOT what the comparison needs (it compares more than the backend)"))
-
-
-def remaining_cost(costs) -> str:
-    """Which of the draft's two costs the final FlashInfer draft still pays over the FLASH_ATTN draft (an interval
-    above 0), at how many shapes; 'not recorded yet' without `costs` (figures.costs.Costs)."""
-    if costs is None:
-        return "which cost remains is not recorded yet: the GPU pass measures it"
-
-    def above(e) -> bool:
-        return e is not None and e.low > 0
-    n = len(costs.shapes)
-    kernel = [s.name for s in costs.shapes if above(s.attention)]
-    build = [s.name for s in costs.shapes if above(s.build)]
-    if not kernel and not build:
-        return f"no cost remains: at none of {n} shapes does the final draft cost more than the FLASH_ATTN draft."
-    parts = [f"the draft attention (its kernel) at {len(kernel)} of {n} shapes"] if kernel else []
-    parts += [f"the host build at {len(build)} of {n} shapes"] if build else []
-    return "what the final draft still pays over the FLASH_ATTN draft is " + " and ".join(parts) + "."
+    path = {roles[r.run]: r for r in records if roles.get(r.run) in ("none", "pr", "path")}
+    if path:
+        fa2 = set(path) == {"none", "pr", "path"} and all(r.flash_attn_version == 2 for r in path.values())
+        flashinfer = all(path.get(k) and {b.name for b in path[k].draft_backends} == {"FLASHINFER"} for k in ("pr", "path"))
+        alike &= fa2 and flashinfer
+        parts.append(f"the RTX 4090 path: FlashAttention {'2 in all three engines' if fa2 else 'NOT 2 in every engine'}"
+                     f", {'both drafts on FlashInfer' if flashinfer else 'NOT both drafts on FlashInfer'}")
+    return "; ".join(parts) + (": what each comparison needs (the engines compared differ in the draft alone)" if alike
+                               else ": NOT what the comparisons need (they compare more than the draft)")
 
 
 def route_agrees(costs, shape, capability: tuple | None = None) -> bool | None:

@@ -13,6 +13,7 @@ KERNEL_NAMES = {"flashinfer-xqa": "XQA", "dflash-fi-final": "fa2, kept plan", "f
                 "flashinfer-fa3": "FlashInfer fa3", "flashinfer-auto": "FlashInfer auto",
                 "vllm-flash-attn": "FlashAttention", "dflash-fi-final-graph": "fa2, graph wrapper"}
 PAIR_NAMES = {"embedded": "embedded pair", "qwen3-4b-shape": "Qwen3-4B shape"}
+FLASH_ATTN_KERNEL = "vllm-flash-attn"  # the FLASH_ATTN draft's kernel, in the kernel benchmark
 GAIN = "{:.2f}x"  # a tokens/s ratio, as tables and verdicts print it
 
 
@@ -118,10 +119,9 @@ def read_costs(summary=None) -> Costs:
     summary = summary or read()
     entry, section = summary.entry(Section.BENCH_E2E), Section.BENCH_E2E
     if "draft_cost" not in entry.data:
-        raise NoRecord(f"the engine benchmark in {summary.path.name} has no draft cost: run `{section.command}` on a GPU")
+        raise NoRecord(f"the evidence has no engine benchmark of the draft's cost yet: `{section.command}` on a GPU")
     for old in stale(summary, [section]):
-        raise NoRecord(f"the engine benchmark in {summary.path.name} ran other code ({', '.join(old.changed)}): run "
-                       f"`{section.command}` on a GPU")
+        raise NoRecord(f"the engine benchmark ran other code ({', '.join(old.changed)}): `{section.command}` on a GPU")
     p, data = entry.provenance, entry.data
     return Costs(p.gpu, p.compute_capability, p.commit, tuple(map(ShapeCost.of, data["draft_cost"])),
                  tuple(map(PathGain.of, data.get("rtx4090", ()))), data.get("method", {}))
@@ -129,32 +129,46 @@ def read_costs(summary=None) -> Costs:
 
 def cost_table(costs: Costs) -> str:
     """Markdown: per shape, the draft's two costs with each target's outcome (the A/A intervals: the figure's), the
-    route's kernel as the kernel benchmark timed it, and the fastest FlashInfer kernel there."""
+    route's kernel and FlashAttention's as the kernel benchmark timed them, and the fastest FlashInfer kernel there."""
     def timed(k: KernelTime | None) -> str:
         return "not measured" if k is None else f"{KERNEL_NAMES.get(k.kernel, k.kernel)} {k.ms:.4f} ({k.share_of_copy:.0%})"
-    lines = ["| pair, batch | host build, ms [95%]: at most FLASH_ATTN's? | draft attention, ms [95%] | route: its kernel, "
-             "ms per call (share of copy bandwidth) | the fastest FlashInfer kernel: the route's? |", "|---|---|---|---|---|"]
+    m = costs.method
+    context = f" at context {m['kernel_context']}" if "kernel_context" in m else ""
+    within = f" (within {m['kernel_tolerance'] - 1:.0%})" if "kernel_tolerance" in m else ""
+    lines = [f"| pair, batch | host build, ms a step [95%]: at most FLASH_ATTN's? | draft attention, ms a step [95%] | "
+             f"route's kernel / FlashAttention's, ms a call{context} (share of copy bandwidth) | the fastest FlashInfer "
+             f"kernel: the route's{within}? |", "|---|---|---|---|---|"]
     for s in costs.shapes:
         fastest = "the route's" if s.fastest in (None, s.route) else timed(s.kernel(s.fastest))
         lines.append(f"| {s.name} | {interval_text(s.build)}: **{s.build_outcome.value}** | {interval_text(s.attention)} | "
-                     f"{timed(s.kernel(s.route))} | {fastest}: **{s.kernel_outcome.value}** |")
+                     f"{timed(s.kernel(s.route))} / {timed(s.kernel(FLASH_ATTN_KERNEL))} | {fastest}: "
+                     f"**{s.kernel_outcome.value}** |")
     return "\n".join(lines)
 
 
-def _off_zero(e: Interval | None) -> int:
-    """+1 where the interval lies above 0, -1 below, 0 where it holds 0 (or nothing was measured)."""
-    return 0 if e is None else (e.low > 0) - (e.high < 0)
+def beyond_noise(e: Interval | None, bound: float | None) -> int:
+    """+1 where the whole interval lies above the A/A pair's bound (a real cost), -1 where it lies below minus it (a
+    real saving), 0 where it reaches into the noise (level) or was not measured."""
+    bound = bound or 0.0
+    return 0 if e is None else (e.low > bound) - (e.high < -bound)
+
+
+def _side(s: ShapeCost) -> int:
+    """+1 where the final draft costs more (its build or its attention), -1 where it costs less, 0 where level."""
+    sides = {beyond_noise(s.build, s.aa_bound_ms), beyond_noise(s.attention, s.aa_bound_ms)}
+    return 1 if 1 in sides else -1 if -1 in sides else 0
 
 
 def figure_verdict(costs: Costs) -> str:
     """What to see in `cost_figure`, from its numbers."""
     noise = max((aa.high - aa.low for s in costs.shapes for aa in (s.build_aa, s.attention_aa) if aa), default=0.0)
-    real = [s.name for s in costs.shapes if _off_zero(s.build) or _off_zero(s.attention)]
+    real = [s.name for s in costs.shapes if _side(s)]
     bounds = sorted({f"{s.aa_bound_ms:.3f}" for s in costs.shapes if s.aa_bound_ms is not None})
     return (f"the grey bars are noise: two FLASH_ATTN drafts that differ in nothing give intervals up to {noise:.3f} ms "
             f"wide, within their bound (±{' to '.join(bounds[::max(len(bounds) - 1, 1)]) or '?'} ms) at "
-            f"{sum(s.aa_within for s in costs.shapes)} of {len(costs.shapes)} shapes. A marker whose interval stays off "
-            f"0 is a real difference: at {len(real)} of {len(costs.shapes)} shapes{_which(costs, real)}.")
+            f"{sum(s.aa_within for s in costs.shapes)} of {len(costs.shapes)} shapes. A marker is a real difference only "
+            f"where its whole interval lies beyond that bound: at {len(real)} of {len(costs.shapes)} shapes"
+            f"{_which(costs, real)}; elsewhere the two drafts are level.")
 
 
 def _which(costs: Costs, names: list[str]) -> str:
@@ -180,47 +194,47 @@ def targets_verdict(costs: Costs) -> str:
                "wide as noise."))
 
 
-def bottom_line(costs: Costs) -> str:
-    """Where the final draft stands against the FLASH_ATTN draft and why (its host build or its kernel), then the RTX
-    4090 path's gain: computed from the recorded estimates."""
+def bottom_line(costs: Costs | None) -> str:
+    """Where the final draft stands against the FLASH_ATTN draft (beyond the A/A pair's noise, or level) and why (its
+    host build or its kernel, with the kernels' shares of copy bandwidth), then the RTX 4090 path's gain; without
+    `costs`, that it is not recorded yet."""
+    if costs is None:
+        return "where the final draft stands is not recorded yet: the GPU pass measures it."
     shapes, n = costs.shapes, len(costs.shapes)
-    behind = [s for s in shapes if 1 in (_off_zero(s.build), _off_zero(s.attention))]
-    ahead = [s for s in shapes if s not in behind and -1 in (_off_zero(s.build), _off_zero(s.attention))]
-    kernel = [s for s in behind if (s.attention.value if s.attention else 0) >= (s.build.value if s.build else 0)]
-    met = sum(s.build_outcome is Outcome.MET for s in shapes)
-    rest = n - len(behind) - len(ahead)
-    text = (f"the final FlashInfer draft costs more per decoding step than the FLASH_ATTN draft at {len(behind)} of {n} "
-            f"shapes (its build or its attention above, the interval above 0), less at {len(ahead)}"
-            + (f", and no difference shows at the other {rest}." if rest else "."))
+    behind = [s for s in shapes if _side(s) == 1]
+    ahead = [s for s in shapes if _side(s) == -1]
+    kernel = [s for s in behind if beyond_noise(s.attention, s.aa_bound_ms) == 1]
+    level = n - len(behind) - len(ahead)
+    text = (f"beyond the noise, the final FlashInfer draft costs more per decoding step than the FLASH_ATTN draft at "
+            f"{len(behind)} of {n} shapes, less at {len(ahead)}" + (f", and is level at {level}." if level else "."))
     if behind:
         why = ("the kernel" if len(kernel) == len(behind) else "the host build" if not kernel else
                f"the kernel at {len(kernel)} of them and the host build at {len(behind) - len(kernel)}")
         worst = max(behind, key=lambda s: max(s.attention.value if s.attention else 0, s.build.value if s.build else 0))
-        ran, fa = worst.kernel(worst.route), worst.kernel("vllm-flash-attn")
+        ran, fa = worst.kernel(worst.route), worst.kernel(FLASH_ATTN_KERNEL)
         text += (f" Where it costs more, it is {why}. The largest gap, at {worst.name}, is "
                  f"{interval_text(worst.attention)} ms of attention and {interval_text(worst.build)} ms of build a "
                  f"step, on {KERNEL_NAMES.get(worst.route, worst.route or 'a kernel not recorded')}"
                  + (f" at {ran.share_of_copy:.0%} of copy bandwidth" if ran else "")
                  + (f" where FlashAttention reaches {fa.share_of_copy:.0%}" if fa else "") + ".")
-    text += f" Its host build meets its target (at most the FLASH_ATTN draft's) at {met} of {n} shapes."
-    if any(s.kernel_outcome is not Outcome.NOT_MEASURED for s in shapes):
-        text += (f" Its route runs the fastest FlashInfer kernel at {sum(s.kernel_outcome is Outcome.MET for s in shapes)}"
-                 f" of {n} shapes.")
     return text + " " + gains_sentence(costs)
 
 
+def gain_words(gains, pick, what: str = "no speculation's tokens/s") -> str:
+    """'2.20x <what> at every batch', or '1.90x, 2.20x <what> at batch 1, 8': `pick(gain)`'s medians."""
+    shown = ["-" if pick(g) is None else GAIN.format(pick(g).value) for g in gains]
+    if len(set(shown)) == 1:
+        return f"{shown[0]} {what} at every batch"
+    return f"{', '.join(shown)} {what} at batch {', '.join(str(g.batch) for g in gains)}"
+
+
 def gains_sentence(costs: Costs) -> str:
-    """The bottom line's sentence on the RTX 4090 path: both drafts' gains, once where every batch agrees."""
+    """The bottom line's sentence on the RTX 4090 path: both drafts' gains."""
     if not costs.gains:
         return "The RTX 4090 path's gain is not recorded yet."
-
-    def gains(pick) -> str:
-        shown = ["-" if pick(g) is None else GAIN.format(pick(g).value) for g in costs.gains]
-        if len(set(shown)) == 1:
-            return f"{shown[0]} no speculation's tokens/s at every batch"
-        return f"{', '.join(shown)} no speculation's tokens/s at batch {', '.join(str(g.batch) for g in costs.gains)}"
     return (f"On the RTX 4090 path, where FlashInfer is the draft's only backend, DFlash with the final draft runs at "
-            f"{gains(lambda g: g.final_gain)}; with the PR's own step-4 draft at {gains(lambda g: g.step4_gain)}.")
+            f"{gain_words(costs.gains, lambda g: g.final_gain)}; with the PR's own step-4 draft at "
+            f"{gain_words(costs.gains, lambda g: g.step4_gain)}.")
 
 
 def recorded_on(costs: Costs) -> str:
