@@ -302,14 +302,19 @@ def draft_cost_data():
     return {"draft_cost": rows, "rtx4090": gains, "method": method}
 
 
-def fresh_summary(tmp_path, data=None, inputs=None):
-    """A summary whose engine benchmark ran the code at hand (or `inputs`) and recorded `data`."""
+def fresh_summary(tmp_path, data=None, inputs=None, rows=None):
+    """A summary whose engine benchmark ran the code at hand (or `inputs`) and recorded `data` (and `rows`, beside it,
+    as `dflash-fi bench e2e --record` keeps its results: written and read back through the summary's own writer)."""
     import dflash_fi.records.summary as S
     from dflash_fi.freshness import inputs as current
     from dflash_fi.records.provenance import Provenance
 
     provenance = Provenance("NVIDIA H200", "9.0", {}, "0" * 40, S.Section.BENCH_E2E.command, "2026-12-04T21:00:00Z",
                             inputs=current(S.Section.BENCH_E2E) if inputs is None else inputs)
+    if rows is not None:
+        root = tmp_path / "evidence"
+        S.write(S.Section.BENCH_E2E, draft_cost_data() if data is None else data, provenance, rows, root=root)
+        return S.read(root)
     entry = S.Entry(S.Section.BENCH_E2E, provenance, draft_cost_data() if data is None else data)
     return S.Summary(tmp_path / "nvidia-h200.json", {S.Section.BENCH_E2E: entry})
 
@@ -417,8 +422,9 @@ def test_notebook_08_describes_the_benchmarks_engines_as_the_benchmark_runs_them
     with pytest.raises(NoRecord):
         recorded_engines(fresh_summary(tmp_path))
     record = EngineRecord(RunSpec(run=runs[0], target="t", drafter="d"), True, cudagraph_mode="FULL_AND_PIECEWISE")
-    data = {**draft_cost_data(), "engines": [record.to_json()]}
-    engines = recorded_engines(fresh_summary(tmp_path, data))
+    with pytest.raises(NoRecord):  # the section's data does not hold the engines: the rows beside it do
+        recorded_engines(fresh_summary(tmp_path, {**draft_cost_data(), "engines": [record.to_json()]}))
+    engines = recorded_engines(fresh_summary(tmp_path, rows={"engines": [record.to_json()]}))
     assert [e.run for e in engines] == [runs[0]]
     assert resolved_columns(engines)[P.label(runs[0])]["CUDA-graph mode"] == "FULL_AND_PIECEWISE"
 

@@ -41,19 +41,20 @@ def planned_table(final_step: int) -> str:
 
 
 def recorded_engines(summary=None) -> list:
-    """The engine benchmark's EngineRecords as its summary section holds them; `NoRecord` where it holds none, or
-    where it ran other code than the code at hand."""
+    """The engine benchmark's EngineRecords as its section's rows hold them (`dflash-fi bench e2e --record` keeps
+    every engine there, beside the section); `NoRecord` where there are none, or where it ran other code than the
+    code at hand."""
     from dflash_fi.errors import NoRecord
     from dflash_fi.freshness import stale
     from dflash_fi.records.engine import EngineRecord
     from dflash_fi.records.summary import Section, read
 
     summary = summary or read()
-    engines = summary.entry(Section.BENCH_E2E).data.get("engines")
+    engines = summary.rows(Section.BENCH_E2E).get("engines")
     if not engines:
-        raise NoRecord(f"the engine benchmark in {summary.path.name} recorded no engines")
+        raise NoRecord("the engine benchmark recorded no engines")
     if stale(summary, [Section.BENCH_E2E]):
-        raise NoRecord(f"the engine benchmark in {summary.path.name} ran other code")
+        raise NoRecord("the engine benchmark ran other code")
     return [EngineRecord.from_json(e) for e in engines]
 
 
