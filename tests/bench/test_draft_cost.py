@@ -219,3 +219,37 @@ def test_the_record_keeps_the_rounds_when_the_analysis_fails(turns, monkeypatch,
     monkeypatch.setattr(D, "section_data", lambda *a: 1 / 0)
     broken = record.draft_cost_data(turns, rounds=3)
     assert list(broken) == ["draft_cost_error"] and "ZeroDivisionError" in broken["draft_cost_error"]
+
+
+def test_what_bench_e2e_records_is_what_notebook_08_and_the_readme_read(turns, tmp_path, monkeypatch):
+    """`dflash-fi bench e2e --record` end to end on the engine doubles: its own writer into a summary, then the
+    readers a pass's outputs go through (notebook 08's costs and engines, the README's line) find what it wrote."""
+    import functools
+
+    import dflash_fi.records.summary as S
+    from dflash_fi import stack
+    from dflash_fi.errors import NoRecord
+    from dflash_fi.figures.cost_engines import recorded_engines
+    from dflash_fi.figures.costs import read_costs
+    from dflash_fi.proof import readme
+    from dflash_fi.proof.bench import e2e, record, results
+
+    root = tmp_path / "evidence"
+    engines = [r.to_json() for r in turns.engines.values()]
+    monkeypatch.setattr(stack, "require_gpu", lambda what: NS(name="NVIDIA H200", sm="9.0"))
+    real_context = stack.run_context
+    monkeypatch.setattr(stack, "run_context", lambda command=None: {**real_context(command), "gpu": "NVIDIA H200",
+                                                                    "compute_capability": "9.0"})  # as on the GPU
+    monkeypatch.setattr(e2e, "run_e2e_bench", lambda **kw: {
+        "schema": 2, "gpu": "NVIDIA H200", "compute_capability": "9.0", "rounds": 3, "warm_up_rounds": 1,
+        "engines": engines, "git_commit": "abc", "finished_at": "now"})
+    monkeypatch.setattr(results, "latest_kernels", lambda summary=None: (_ for _ in ()).throw(NoRecord("none")))
+    monkeypatch.setattr(S, "write", functools.partial(S.write, root=root))
+    monkeypatch.setattr(S, "keep", lambda name, content: None)
+    assert record.bench("e2e", quick=True, models="all", rounds=3, record=True) == 0
+    summary = S.read(root)
+    costs = read_costs(summary)
+    assert len(costs.shapes) == 4 and [g.batch for g in costs.gains] == [1, 8]
+    assert [e.run for e in recorded_engines(summary)] == list(turns.engines)
+    monkeypatch.setattr(readme, "_summary", lambda: summary)
+    assert any(line.startswith("- The draft's cost inside the engine") for line in readme.verdict().splitlines())
