@@ -22,7 +22,7 @@
 # one forward of the drafter, so every token of the block sees every other: DFlash's draft attention is **non-causal**.
 # vLLM 0.22.1 refuses its FlashInfer backend for such a layer, and on an RTX 4090 with an FP8 KV cache then has no
 # backend for the draft at all. This tutorial rebuilds the fix (vLLM PR #43081) in small verified steps, then goes
-# where upstream went next. Here: the model pair, the words, the problem, and the map of the steps.
+# where upstream went next.
 
 # %% tags=["nbval-ignore-output"]
 import dflash_fi.records.summary as summary
@@ -62,20 +62,21 @@ verdict(f"with non-causal attention every block query sees all {block_keys[NON_C
 # %% [markdown]
 # ## Words used from here on
 #
-# Two of them carry the course. **tau**: the tokens each target forward yields (accepted drafts plus one), how
-# success is counted. The **metadata builder**: the backend's object whose `build()` turns each batch's description
-# into what its kernels need, before every forward. The rest, folded:
+# Two carry the course: **tau** (next section) and the **metadata builder**, whose `build()` turns each batch into
+# what the backend's kernels need. The rest, folded:
 
 # %%
 from IPython.display import display
 
 from dflash_fi.figures.listings import folded_markdown
-from dflash_fi.lab.glossary import glossary, glossary_table
+from dflash_fi.lab.glossary import glossary, glossary_table, words_of
+from dflash_fi.steps import PR_43081_STEPS as PR
 
 terms = glossary()
 display(folded_markdown(f"The glossary: {len(terms)} words (open it)", glossary_table(terms)))
-verdict(f"{len(terms)} words; the rows on " + ", ".join(
-    f"`{t.source.rsplit('.', 1)[1]}`" for t in terms if t.source) + " are read from vLLM's own code.")
+pr = words_of(PR, terms)  # the words whose patterns occur in the sources of the notebooks that teach the PR
+verdict(f"notebooks {pr.notebooks[0][:2]}-{pr.notebooks[-1][:2]} (the PR) use {len(pr.used)} of them beyond the "
+        f"{len(pr.basic)} basic ones: " + "; ".join(t.term for t in pr.used) + ".")
 
 # %% [markdown]
 # ## How success is counted: tau
@@ -133,7 +134,7 @@ verdict(f"all {len(refused)} backends of the list ({', '.join(v['backend'] for v
 # %%
 from dflash_fi.figures.path import course_map
 from dflash_fi.notebook import NOTEBOOK_OF_STEP
-from dflash_fi.steps import PR_43081_STEPS as PR, STEPS
+from dflash_fi.steps import STEPS
 from dflash_fi.upstream import MERGED, TODAY
 
 course = course_map()  # each notebook's heading, and the steps it writes (dflash_fi.steps.course), hunks counted

@@ -70,8 +70,8 @@ show_source(step3.FlashInferMetadataBuilder._get_prefill_wrapper,
             [(r"if not causal:", r"return self\._noncausal_prefill_wrapper")])
 
 # %% [markdown]
-# - hunk 3: `build()` refuses first what has no non-causal path (DCP, an NVFP4 cache: below); #43081 refuses NVFP4
-#   later, in `_get_prefill_wrapper()` (the appendix compares the two);
+# - hunk 3: `build()` refuses first what has no non-causal path (DCP, an NVFP4 cache: below; #43081 refuses NVFP4
+#   later: the appendix);
 # - hunks 4 and 5: `build()` asks for the wrapper of the batch's causality and tells `plan()` it (stock: `causal=True`);
 # - hunk 6: `forward` compares the wrapper's planned causality with the metadata's (stock asserted causal), so a
 #   wrong plan fails loudly at `run()` time.
@@ -131,17 +131,12 @@ with wrapped_lines():
 # %% tags=["nbval-ignore-output"]
 from matplotlib import pyplot as plt
 from dflash_fi.figures import acceptance_by_position
+from dflash_fi.figures.acceptance import noncausal_fix_verdict
 
 acceptance_by_position(records, live_runs[1:], title="Step 3 plans the draft non-causal: acceptance per position",
                        reference=reference)
 plt.show()  # the picture, then what it says
-fa, s2, s3 = (records[run].generate().acceptance.per_position for run in live_runs[1:])
-noncausal = reference["per_position_acceptance"]["noncausal"]
-verdict(f"on {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is well below step 3 "
-        f"({s2[0]:.3f} against {s3[0]:.3f} at the first position); step 3 (tau {records[live_runs[3]].tau:.3f}) is "
-        f"within {max(abs(a - b) for a, b in zip(fa, s3)):.3f} of the FLASH_ATTN draft (tau "
-        f"{records[live_runs[1]].tau:.3f}) and {max(abs(a - b) for a, b in zip(noncausal, s3)):.3f} of the "
-        f"reference decoder's non-causal prediction at every one of its {len(s3)} positions.")
+verdict(noncausal_fix_verdict(records, live_runs[1:], reference))
 
 # %% [markdown]
 # ### Check

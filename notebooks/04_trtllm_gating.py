@@ -15,7 +15,7 @@
 # ---
 
 # %% [markdown]
-# # 04 · TRTLLM gating: the last hunk of PR #43081, and the RTX 4090 case with the complete PR
+# # 04 · TRTLLM gating: the PR's last hunk, and the RTX 4090 case
 #
 # On Blackwell (SM 10.x) vLLM prefers TRTLLM kernels inside the FlashInfer backend, for prefill and decode; they
 # are causal only. Step 3 planned the draft's wrapper non-causal, but `build()` (the third box of notebook 1's
@@ -24,8 +24,7 @@
 
 # %% tags=["nbval-ignore-output"]
 from dflash_fi.notebook import runs as P
-from dflash_fi.notebook import setup
-from dflash_fi.notebook import check, show, verdict
+from dflash_fi.notebook import check, setup, show, verdict
 
 # start now, in the background (section "On the GPU")
 live_runs = [P.step_run(3), P.step_run(4), P.NO_SPEC_FP8, P.FP8, P.RTX4090_NO_SPEC, P.RTX4090_STEP4]
@@ -89,11 +88,10 @@ verdict(f"stock would run the draft on {path_label(stock.decode)}, step 3 on {pa
 # %% [markdown]
 # ## On the GPU, and the RTX 4090 case
 #
-# No TRTLLM on an H100 or H200: step 4's output must equal step 3's there. With an FP8 cache the draft must stay
-# non-causal, its output plain decoding's up to **near-ties** (where the target's two best tokens are closer than a
-# margin measured between correct engines). The RTX 4090 case (FlashAttention forced to version 2, an FP8 cache) runs
-# with the complete PR. The last check is the **plan race**'s: a draft's `plan()` must not rewrite a wrapper's
-# schedule while a kernel queued for an earlier batch still reads it. The engines:
+# An H100 or H200 has no TRTLLM, so step 4's output must equal step 3's there, up to **near-ties**: positions where
+# the target's two best tokens are closer than a margin measured between correct engines. The RTX 4090 case
+# (FlashAttention forced to version 2, an FP8 cache) runs with the complete PR. The last check is for the **plan
+# race**: a draft's `plan()` rewriting a wrapper's schedule while a kernel queued earlier still reads it. The engines:
 
 # %%
 from dflash_fi.notebook import show_engine_calls
@@ -142,8 +140,8 @@ from dflash_fi.notebook import section_note
 recorded_walkthrough = S.read().walkthrough()
 walkthrough, walkthrough_reference = recorded_walkthrough.records, recorded_walkthrough.reference
 eager = [P.FLASH_ATTN, *(P.step_run(s) for s in range(5)), P.FP8, P.RTX4090_STEP4]  # the PR's steps only
-prompt_set = f"{walkthrough_reference['n_prompts']} prompts x {walkthrough_reference['n_new_tokens']} tokens"
-print(f"{section_note(S.Section.WALKTHROUGH)} Its prompt set: {prompt_set}.")
+with wrapped_lines():
+    print(section_note(S.Section.WALKTHROUGH))  # the verdict below names its prompt set
 tau_by_step(walkthrough, walkthrough_reference, [run for run in eager if run in walkthrough])
 plt.show()  # the picture, then what it says
 verdict(pr_tau_verdict({run: walkthrough[run] for run in eager if run in walkthrough}, walkthrough_reference))
@@ -170,14 +168,15 @@ check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case 
 #
 # On Blackwell the draft must also be kept off TRTLLM, whose kernels are causal only: step 4, the PR's last hunk.
 # The RTX 4090 case, correct since step 3 (SM 8.9 has no TRTLLM), shown with the complete PR: target and draft on
-# FlashInfer with an FP8 cache. Next, notebook 5: where
-# PR #43081 went in vLLM, from the release that merged it to today's.
+# FlashInfer with an FP8 cache. Next, notebook 5: where PR #43081 went in vLLM, from the release that merged it to
+# today's.
 
 # %% [markdown] tags=["appendix"]
 # ## Appendix
 #
-# The target's batches must be routed as stock vLLM routes them: the table above compares the standard batches, this
-# property test of `tests/lab/test_routing.py` random ones.
+# How the engines watch for the plan race: `docs/plan-race.md`. The target's batches must be routed as stock vLLM
+# routes them: the table above compares the standard batches, this property test of `tests/lab/test_routing.py`
+# random ones.
 
 # %% tags=["appendix"]
 from dflash_fi.notebook import show_test

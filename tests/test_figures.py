@@ -478,3 +478,32 @@ def test_the_cost_table_names_the_fastest_flashinfer_kernel_where_the_route_is_n
     first = cost_table(read_costs(fresh_summary(tmp_path, data))).splitlines()[2]
     assert "| fa2, kept plan 0.0140 (74%) / FlashAttention 0.0125 (82%) | XQA 0.0120 (45%): **missed** |" in first
     assert "the route's: **met**" in cost_table(read_costs(fresh_summary(tmp_path))).splitlines()[2]
+
+
+def test_the_acceptance_verdicts_give_every_tau_to_three_decimals(walkthrough, reference):
+    import re
+
+    from dflash_fi.figures.acceptance import noncausal_fix_verdict, pr_tau_verdict
+
+    eager = {run: walkthrough[run] for run in (P.step_run(2), P.step_run(3), P.step_run(4)) if run in walkthrough}
+    for text in (pr_tau_verdict(eager, reference),
+                 noncausal_fix_verdict(walkthrough, [FLASH_ATTN, P.step_run(2), P.step_run(3)], reference)):
+        numbers = re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", text)
+        assert numbers and all(len(n.split(".")[1]) == 3 for n in numbers), text
+    steps = noncausal_fix_verdict(walkthrough, [FLASH_ATTN, P.step_run(2), P.step_run(3)], reference)
+    assert f"tau {walkthrough[P.step_run(3)].tau:.3f}" in steps and "step 2 starts below" in steps
+
+
+def test_acceptance_by_position_names_the_run_each_reference_curve_is_closest_to(drawn, walkthrough, reference):
+    from dflash_fi.figures.style import max_difference
+
+    runs = [FLASH_ATTN, P.step_run(2)]  # notebook 02's figure
+    fig = figures.acceptance_by_position(walkthrough, runs, reference=reference)
+    drawn(fig)
+    texts = legend_texts(fig)
+    for key, name in (("noncausal", "reference decoder, non-causal"), ("causal", "reference decoder, causal")):
+        curve = reference["per_position_acceptance"][key]
+        run, difference = min(((r, max_difference(curve, walkthrough[r].generate().acceptance.per_position))
+                               for r in runs), key=lambda x: x[1])
+        text = next(t for t in texts if t.startswith(name + "\n") or t == name)
+        assert f"{label(run)}: max difference {difference:.3f}" in text, text

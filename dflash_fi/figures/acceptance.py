@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dflash_fi.records.runs import FLASH_ATTN, RunId, label, step_run
 from dflash_fi.records.engine import EngineRecord
-from dflash_fi.figures.style import (COINCIDE_BELOW, COLORS, figure_legend, nearest_earlier, pyplot, series_styles,
-                                     short_run_label)
+from dflash_fi.figures.style import (COINCIDE_BELOW, COLORS, figure_legend, max_difference, nearest_earlier, pyplot,
+                                     series_styles, short_run_label)
 
 # A run keeps one look wherever it is drawn (02 and 03 both draw the FLASH_ATTN draft and step 2): its place here
 # picks its style; runs not here follow, in the order given.
@@ -32,11 +32,16 @@ def _per_position(record: EngineRecord | None) -> tuple[float, ...]:
     return uniform.acceptance.per_position if uniform and uniform.acceptance else ()
 
 
-def _series_label(label: str, tau: float | None, near: tuple[str, float] | None) -> str:
+def _series_label(label: str, tau: float | None, near: tuple[str, float] | None, how: str = "lies on") -> str:
     text = label if tau is None else f"{label}: tau {tau:.3f}"
     if near:
-        text += f"\n    lies on {near[0]}: max difference {near[1]:.3f}"
+        text += f"\n    {how} {near[0]}: max difference {near[1]:.3f}"
     return text
+
+
+def _closest(values: list[float], series: dict[str, list[float]]) -> tuple[str, float] | None:
+    """The run whose curve is nearest a reference curve (at its worst position), and how near."""
+    return min(((name, max_difference(values, run)) for name, run in series.items()), key=lambda x: x[1], default=None)
 
 
 def acceptance_by_position(records: dict[RunId, EngineRecord], runs: list[RunId],
@@ -63,7 +68,9 @@ def acceptance_by_position(records: dict[RunId, EngineRecord], runs: list[RunId]
         texts.append(_series_label(name, records[by_name[name]].tau, near.get(name)))
     for name, (values, color) in curves.items():  # thin and on top: visible across the runs' wider lines
         handles += ax.plot(range(1, len(values) + 1), values, color=color, ls="--", lw=1.4, zorder=50)
-        texts.append(_series_label(name, None, near.get(name)))
+        # a prediction the runs should follow: the nearest run is named even where it is not within coincide_below
+        texts.append(_series_label(name, None, near.get(name)) if name in near
+                     else _series_label(name, None, _closest(values, series), how="closest to"))
     for run in runs:
         if label(run) not in series:  # named, but nothing to draw: say so rather than drop it
             handles.append(Line2D([], [], linestyle="none"))
@@ -128,8 +135,8 @@ def pr_tau_verdict(records: dict[RunId, EngineRecord], reference: dict) -> str:
         return "steps 2-4 have no tau recorded here"
     prompts = f"{reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens"
     fp8 = [(name, tau[run]) for name, run in (("FP8 cache", FP8), ("the RTX 4090 case", RTX4090_STEP4)) if run in tau]
-    return (f"on {prompts}: step 2 sits at the causal prediction ({tau[step_run(2)]:.2f} against "
-            f"{reference['tau_causal']:.2f}), steps 3 and 4 at the non-causal one ({tau[step_run(3)]:.3f} and "
+    return (f"on {prompts}: step 2 sits at the causal prediction ({tau[step_run(2)]:.3f} against "
+            f"{reference['tau_causal']:.3f}), steps 3 and 4 at the non-causal one ({tau[step_run(3)]:.3f} and "
             f"{tau[step_run(4)]:.3f}, against {reference['tau_noncausal']:.3f}); "
             + "; ".join(f"{name} {t:.3f} ({t / tau[step_run(4)] - 1:+.1%} from step 4)" for name, t in fp8)
             + ": an FP8 cache rounds what both models attend over, so tau moves a few percent, far above the causal "
@@ -151,3 +158,15 @@ def causal_drift_verdict(records: dict[RunId, EngineRecord], runs, reference: di
             f"from the reference's causal curve on average and {mean['noncausal']:.3f} from its non-causal one: it "
             f"drafts {drafts}. At the first position it accepts {s2[0]:.2f} of drafts against the FLASH_ATTN draft's "
             f"{fa[0]:.2f}.")
+
+
+def noncausal_fix_verdict(records: dict[RunId, EngineRecord], runs, reference: dict) -> str:
+    """Notebook 03's verdict on its figure: `runs` = (the FLASH_ATTN draft, step 2, step 3); how close step 3 lies to
+    the FLASH_ATTN draft and to the reference decoder's non-causal curve, and how far below step 2 starts."""
+    fa, s2, s3 = (records[run].generate().acceptance.per_position for run in runs)
+    to_fa, to_ref = (max_difference(curve, s3) for curve in (fa, reference["per_position_acceptance"]["noncausal"]))
+    return (f"on {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 3 (tau "
+            f"{records[runs[2]].tau:.3f}) lies within {to_fa:.3f} of the FLASH_ATTN draft (tau "
+            f"{records[runs[0]].tau:.3f}) and {to_ref:.3f} of the reference's non-causal curve at all {len(s3)} "
+            f"positions; step 2 starts {'below' if s2[0] < s3[0] else 'NOT below'} it ({s2[0]:.3f} against "
+            f"{s3[0]:.3f} at the first).")

@@ -3,12 +3,14 @@
 Where vLLM's own code defines a word (its enums `AttentionCGSupport` and `CUDAGraphMode`, the GPUs it tells
 apart), the definition is generated from that code: vLLM 0.22.1's docstrings and mode methods, and the
 compute capabilities the CPU lab pretends to be. Each entry carries the regexes that find the word in a
-notebook's text, for the test that no notebook uses a word before the glossary defines it.
+notebook's text: for the test that no notebook uses a word before the glossary defines it, and for `words_of`, the
+words a set of notebooks uses.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from dflash_fi.vocabulary import GPU_NAMES, sm
 
@@ -158,3 +160,24 @@ def glossary_table(terms: list[Term] | None = None) -> str:
     """Markdown: one row per term."""
     rows = [f"| {t.term} | {t.definition.replace('|', '/')} |" for t in (terms or glossary())]
     return "\n".join(["| word | what it means here |", "|---|---|", *rows])
+
+
+class Words(NamedTuple):
+    notebooks: list[str]  # the notebooks asked about, by stem, in order
+    basic: list[Term]  # the words with no pattern: every notebook leans on them
+    used: list[Term]  # the words those notebooks name, in glossary order
+
+
+def words_of(steps, terms: list[Term] | None = None) -> Words:
+    """Which glossary words a reader of the notebooks that teach these steps meets: the terms whose patterns occur
+    in those notebooks' sources (notebooks/<stem>.py)."""
+    import re
+
+    from dflash_fi.stack import REPO_ROOT
+    from dflash_fi.steps.course import NOTEBOOK_OF_STEP
+
+    terms = terms or glossary()
+    notebooks = sorted({NOTEBOOK_OF_STEP[step] for step in steps})
+    text = "\n".join((REPO_ROOT / "notebooks" / f"{nb}.py").read_text() for nb in notebooks)
+    return Words(notebooks, [t for t in terms if not t.patterns],
+                 [t for t in terms if any(re.search(p, text) for p in t.patterns)])

@@ -223,6 +223,7 @@ class PickChanges:
     accepted_after: int  # columns where FLASHINFER, asked for, accepts the draft
     changed: tuple[PickChange, ...]  # where vLLM's own pick (nothing asked for) changes
     flashinfer_first: tuple[str, ...]  # GPUs whose list puts FLASHINFER before FLASH_ATTN
+    unserved_before: tuple[tuple[str, str], ...]  # the (GPU, KV cache) columns where no backend accepted the draft
     predicted: tuple[tuple[str, str], ...]  # the (GPU, KV cache) columns where the lists say the pick must change
 
     @property
@@ -243,4 +244,5 @@ def pick_changes(rows: list[dict], lists: dict[str, list[str]], reason: str, bef
         changed=tuple(PickChange(*key, was[key]["auto_backend"], now[key]["auto_backend"]) for key in now
                       if was[key]["auto_backend"] != now[key]["auto_backend"]),
         flashinfer_first=tuple(gpu for gpu, ahead in first.items() if ahead),
+        unserved_before=tuple(key for key in was if was[key]["auto_backend"] is None),
         predicted=tuple(key for key in now if first[key[0]] or was[key]["auto_backend"] is None))

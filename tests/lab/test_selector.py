@@ -72,6 +72,8 @@ def test_step_one_changes_the_drafts_pick_only_where_the_priority_lists_say():
     changes = pick_changes(rows, priority_lists(gpus), reason="non-causal attention not supported")
     assert changes.columns == changes.refused_before == changes.accepted_after == len(gpus) * len(KV_CACHE_DTYPES)
     assert changes.flashinfer_first == ("10.0",) and changes.as_the_lists_say
+    # stock vLLM finds the non-causal draft no backend with an FP8 cache, on SM 8.9 and on SM 10.0
+    assert set(changes.unserved_before) == {("8.9", "fp8"), ("10.0", "fp8")}
     assert PickChange("8.9", "fp8", None, "FLASHINFER") in changes.changed
     assert PickChange("10.0", "auto", "FLASH_ATTN", "FLASHINFER").column == "SM 10.0 + bf16 KV"
     # a rule that could fail: step 1 against itself changes nothing, and step 0 against itself refuses everywhere

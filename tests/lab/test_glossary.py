@@ -1,0 +1,20 @@
+"""Notebook 00 names the glossary words the PR's notebooks use: found in their sources, not typed in."""
+
+import re
+
+from dflash_fi.lab.glossary import glossary, words_of
+from dflash_fi.stack import REPO_ROOT
+from dflash_fi.steps import PR_43081_STEPS
+
+
+def test_words_of_the_prs_notebooks_are_those_their_sources_use():
+    terms = glossary()
+    words = words_of(PR_43081_STEPS, terms)
+    assert words.notebooks == sorted(words.notebooks) and words.notebooks[0].startswith("01")
+    text = "\n".join((REPO_ROOT / "notebooks" / f"{nb}.py").read_text() for nb in words.notebooks)
+    for term in terms:
+        found = any(re.search(p, text) for p in term.patterns)
+        assert (term in words.used) == found, term.term
+    assert words.basic and not any(t.patterns for t in words.basic) and "tau" in [t.term for t in words.used]
+    # a rule that could fail: notebook 00 alone uses fewer of them
+    assert len(words_of((0,), terms).used) < len(words.used)
