@@ -350,7 +350,8 @@ def test_the_cost_figure_shows_both_parts_their_noise_and_the_route(drawn, tmp_p
 def test_a_difference_inside_the_aa_pairs_noise_is_level_everywhere_it_is_told(tmp_path):
     """One rule for every verdict: a build of +0.004 [+0.002, +0.005] meets its target (at most +0.005) and is level
     (within the A/A bound), never 'costs more'."""
-    from dflash_fi.figures.costs import beyond_noise, bottom_line, figure_verdict, read_costs
+    from dflash_fi.figures.cost_verdicts import beyond_noise, bottom_line, figure_verdict
+    from dflash_fi.figures.costs import read_costs
 
     data = draft_cost_data()
     for row in data["draft_cost"]:
@@ -363,7 +364,8 @@ def test_a_difference_inside_the_aa_pairs_noise_is_level_everywhere_it_is_told(t
 
 
 def test_the_bottom_line_says_where_the_final_draft_stands_and_why(tmp_path):
-    from dflash_fi.figures.costs import bottom_line, cost_table, figure_verdict, read_costs, recorded_on, targets_verdict
+    from dflash_fi.figures.cost_verdicts import bottom_line, figure_verdict, targets_verdict
+    from dflash_fi.figures.costs import cost_table, read_costs, recorded_on
     from dflash_fi.figures.gains import gain_table, gain_verdict
 
     costs = read_costs(fresh_summary(tmp_path))
@@ -445,7 +447,8 @@ def test_notebook_08_says_whether_each_pairs_engines_differ_in_the_drafts_backen
                              flash_attn_version=path_fa if role in path else 3)
                 for run, role in planned_engines(final_step())]
     good = engines_verdict(records(), final_step())
-    assert good.endswith(": what each comparison needs (the engines compared differ in the draft alone)")
+    assert good.endswith(": what each comparison needs (each pair's engines differ in the draft alone)")
+    assert "CUDA graphs FULL_AND_PIECEWISE without speculation, FULL_AND_PIECEWISE with step 4's draft" in good
     assert good.startswith("embedded pair: CUDA graphs") and "the RTX 4090 path: FlashAttention 2 in all three" in good
     assert "NOT what the comparisons need" in engines_verdict(records(twin=flashinfer), final_step())
     assert "FlashAttention NOT 2 in every engine" in engines_verdict(records(path_fa=3), final_step())
@@ -507,3 +510,22 @@ def test_acceptance_by_position_names_the_run_each_reference_curve_is_closest_to
                                for r in runs), key=lambda x: x[1])
         text = next(t for t in texts if t.startswith(name + "\n") or t == name)
         assert f"{label(run)}: max difference {difference:.3f}" in text, text
+
+
+def test_the_rtx4090_gain_says_when_the_engines_graphs_differ_and_the_bottom_line_weighs_a_step(tmp_path):
+    from dflash_fi.figures.cost_verdicts import bottom_line
+    from dflash_fi.figures.costs import read_costs
+    from dflash_fi.figures.gains import gain_verdict
+
+    data = draft_cost_data()
+    for row in data["draft_cost"]:
+        row["flash_attn"]["step_ms"] = 2.3
+    costs = read_costs(fresh_summary(tmp_path, data))
+    same = {"none": "FULL_AND_PIECEWISE", "pr": "FULL_AND_PIECEWISE", "path": "FULL_AND_PIECEWISE"}
+    assert "not the draft's alone" not in gain_verdict(costs, same)
+    assert "(PIECEWISE with step 4's draft, FULL_AND_PIECEWISE with the final one" in gain_verdict(
+        costs, {**same, "pr": "PIECEWISE"})
+    # the Qwen3-4B shape at batch 32 costs +0.023 ms of attention and +0.001 of build: 1.0% of a 2.3-ms step
+    line = bottom_line(costs)
+    assert "at most 1.0% of the FLASH_ATTN draft's 2.30-ms decoding step (Qwen3-4B shape, batch 32)" in line
+    assert "the FLASH_ATTN draft stays the better backend for the draft where they differ" in line

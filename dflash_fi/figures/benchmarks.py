@@ -134,12 +134,16 @@ def cost_figure(costs):
     build, attention, step4, final = series_styles(4)
     handles = {}
     for i, s in enumerate(shapes):
-        for dx, e, aa, style, what in ((-0.15, s.build, s.build_aa, build, "host build (the draft's metadata builds)"),
-                                       (0.15, s.attention, s.attention_aa, attention,
-                                        "draft attention on the GPU (CUDA events)")):
+        for dx, e, aa, bound, style, what in (
+                (-0.15, s.build, s.build_aa, s.build_bound, build, "host build (the draft's metadata builds)"),
+                (0.15, s.attention, s.attention_aa, s.aa_bound_ms, attention, "draft attention on the GPU (CUDA events)")):
             if aa is not None:
                 handles["A/A pair: two FLASH_ATTN drafts (noise)"] = left.bar(
                     i + dx, aa.high - aa.low, bottom=aa.low, width=0.26, color="#dddddd", zorder=1)
+            if bound is not None:
+                handles["the A/A bound: an interval wholly beyond it is a real difference"] = left.hlines(
+                    [bound, -bound], i + dx - 0.13, i + dx + 0.13, colors="#777777", linestyles="--", linewidth=1,
+                    zorder=2)
             if e is not None:
                 handles[what] = _point(left, i + dx, e, style, zorder=3)
     left.axhline(0, color="black", linewidth=1.5, zorder=2)

@@ -5,6 +5,7 @@ whether each shape's route is the one its rule gives."""
 
 from __future__ import annotations
 
+from dflash_fi.figures.costs import PAIR_NAMES
 from dflash_fi.records.runs import Pair, RunId, label
 
 # What each engine is for in the benchmark (rendering only).
@@ -35,15 +36,15 @@ def planned_table(final_step: int) -> str:
              "|---|---|---|---|---|---|"]
     for run, role in planned_engines(final_step):
         asked = "-" if not run.speculative else run.draft_backend or "left to the selector"
-        lines.append(f"| {label(run)} | {run.pair.value} | {asked} | {run.kv_cache_dtype} | "
+        lines.append(f"| {label(run)} | {PAIR_NAMES.get(run.pair.value, run.pair.value)} | {asked} | {run.kv_cache_dtype} | "
                      f"{run.flash_attn_version or 'vLLM picks'} | {_ROLE[role]} |")
     return "\n".join(lines)
 
 
 def recorded_engines(summary=None) -> list:
     """The engine benchmark's EngineRecords as its section's rows hold them (`dflash-fi bench e2e --record` keeps
-    every engine there, beside the section); `NoRecord` where there are none, or where it ran other code than the
-    code at hand."""
+    every engine there, beside the section), in the planned order (each pair's FLASH_ATTN draft, its twin, the final
+    draft); `NoRecord` where there are none, or where it ran other code than the code at hand."""
     from dflash_fi.errors import NoRecord
     from dflash_fi.freshness import stale
     from dflash_fi.records.engine import EngineRecord
@@ -55,7 +56,14 @@ def recorded_engines(summary=None) -> list:
         raise NoRecord("the engine benchmark recorded no engines")
     if stale(summary, [Section.BENCH_E2E]):
         raise NoRecord("the engine benchmark ran other code")
-    return [EngineRecord.from_json(e) for e in engines]
+    order = {run: i for i, (run, _) in enumerate(planned_engines(_final_step()))}
+    return sorted((EngineRecord.from_json(e) for e in engines), key=lambda r: order.get(r.run, len(order)))
+
+
+def _final_step() -> int:
+    from dflash_fi.steps import FINAL_STEP
+
+    return FINAL_STEP
 
 
 def resolved_columns(records: list) -> dict[str, dict[str, str]]:
@@ -74,8 +82,6 @@ def engines_verdict(records: list, final_step: int) -> str:
     """Whether the engines resolved what each comparison needs: per pair, one CUDA-graph mode and the draft's backend
     the same in the FLASH_ATTN draft and its twin and another in the final draft; on the RTX 4090 path, FlashAttention
     2 in all three engines and both drafts on FlashInfer (read from what vLLM resolved, not from what was asked)."""
-    from dflash_fi.figures.costs import PAIR_NAMES
-
     roles, drafts = dict(planned_engines(final_step)), resolved_columns(records)
     parts, alike = [], True
     for pair in dict.fromkeys(r.run.pair for r in records if roles.get(r.run) in ("a", "aa", "final")):
@@ -95,10 +101,20 @@ def engines_verdict(records: list, final_step: int) -> str:
         fa2 = set(path) == {"none", "pr", "path"} and all(r.flash_attn_version == 2 for r in path.values())
         flashinfer = all(path.get(k) and {b.name for b in path[k].draft_backends} == {"FLASHINFER"} for k in ("pr", "path"))
         alike &= fa2 and flashinfer
+        modes = path_modes(records, final_step)
         parts.append(f"the RTX 4090 path: FlashAttention {'2 in all three engines' if fa2 else 'NOT 2 in every engine'}"
-                     f", {'both drafts on FlashInfer' if flashinfer else 'NOT both drafts on FlashInfer'}")
-    return "; ".join(parts) + (": what each comparison needs (the engines compared differ in the draft alone)" if alike
+                     f", {'both drafts on FlashInfer' if flashinfer else 'NOT both drafts on FlashInfer'}, CUDA graphs "
+                     f"{modes['none']} without speculation, {modes['pr']} with step 4's draft, {modes['path']} with the "
+                     "final draft")
+    return "; ".join(parts) + (": what each comparison needs (each pair's engines differ in the draft alone)" if alike
                                else ": NOT what the comparisons need (they compare more than the draft)")
+
+
+def path_modes(records: list, final_step: int) -> dict[str, str]:
+    """The RTX 4090 path's CUDA-graph modes as vLLM resolved them, by role: 'none', 'pr' (step 4), 'path' (final)."""
+    roles = dict(planned_engines(final_step))
+    found = {roles[r.run]: str(r.cudagraph_mode or "not recorded") for r in records if r.run in roles}
+    return {role: found.get(role, "not recorded") for role in ("none", "pr", "path")}
 
 
 def route_agrees(costs, shape, capability: tuple | None = None) -> bool | None:

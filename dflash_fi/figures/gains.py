@@ -4,7 +4,8 @@ tokens/s at the median step against no speculation, read from the engine benchma
 
 from __future__ import annotations
 
-from dflash_fi.figures.costs import GAIN, Costs, gain_words, interval_text
+from dflash_fi.figures.cost_verdicts import gain_words
+from dflash_fi.figures.costs import GAIN, Costs, interval_text
 
 TAU_SAME = 0.02  # two drafts' tau this close: the same acceptance, for the verdict's words
 
@@ -23,14 +24,19 @@ def gain_table(costs: Costs) -> str:
     return "\n".join(lines)
 
 
-def gain_verdict(costs: Costs) -> str:
+def gain_verdict(costs: Costs, modes: dict | None = None) -> str:
     """What to see in `gain_table`: the final draft's gain, what steps 5-9 add to the PR's draft ('final over step 4'),
-    and whether that is time per step (the same tau, within TAU_SAME) or acceptance."""
+    whether that is time per step (the same tau, within TAU_SAME) or acceptance, and, with the path's CUDA-graph
+    `modes` (`cost_engines.path_modes`), whether it holds more than the draft."""
     same = all(g.tau_step4 and g.tau_final and abs(g.tau_final / g.tau_step4 - 1) <= TAU_SAME for g in costs.gains)
     taus = ", ".join(f"{g.tau_step4:.2f} / {g.tau_final:.2f}" if g.tau_step4 and g.tau_final else "-"
                      for g in costs.gains)
-    return (f"on this path DFlash with the final draft runs at {gain_words(costs.gains, lambda g: g.final_gain)}. "
+    text = (f"on this path DFlash with the final draft runs at {gain_words(costs.gains, lambda g: g.final_gain)}. "
             f"What steps 5-9 add to the PR's draft there ('final over step 4') is "
             f"{gain_words(costs.gains, lambda g: g.final_over_step4, 'its tokens/s')}; "
             + (f"tau is the same in both (within {TAU_SAME:.0%}), so that is time per step, not acceptance."
                if same else f"tau, step 4 / final: {taus}, so acceptance differs too."))
+    if modes and modes["pr"] != modes["path"]:
+        text += (f" The two engines' CUDA graphs differ ({modes['pr']} with step 4's draft, {modes['path']} with the "
+                 "final one: notebook 06's step 6), so that gain is not the draft's alone.")
+    return text

@@ -27,7 +27,7 @@ from dflash_fi.proof.bench.e2e import draft_cost_runs
 from dflash_fi.proof.bench.routes import kernel_of, most_common
 from dflash_fi.proof.bench.rtx4090 import PathGain, path_gains
 from dflash_fi.proof.bench.stats import AtMost, Estimate, Outcome, estimate_json, estimate_of, median_estimate
-from dflash_fi.proof.bench.turns import Turns, paired
+from dflash_fi.proof.bench.turns import Turns, paired, step_ms
 from dflash_fi.records.outputs import BatchRun, Role
 from dflash_fi.records.runs import Pair, RunId
 
@@ -63,6 +63,7 @@ class DraftSide:
     build_ms: float
     draft_build_ms: float
     kernel: str | None
+    step_ms: float | None = None  # the median decoding step, the draft timing's GPU sleeps included
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class DraftCost:
     kernels: tuple[KernelShare, ...] = ()
     fastest_flashinfer: str | None = None
     kernel_outcome: Outcome = Outcome.NOT_MEASURED
+    build_bound_ms: float | None = None  # max(AA_SHARE x the FLASH_ATTN draft's build, BUILD_CEILING_MS)
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -107,7 +109,8 @@ class DraftCost:
         return cls(Pair(d["pair"]), d["batch"], d["num_qo_heads"], d["num_kv_heads"], DraftSide(**d["flash_attn"]),
                    DraftSide(**d["final"]), *(estimate_of(d[k]) for k in ("attention", "attention_aa", "build", "build_aa")),
                    d["aa_bound_ms"], d["aa_within"], Outcome[d["build_outcome"]],
-                   tuple(KernelShare(**k) for k in d["kernels"]), d["fastest_flashinfer"], Outcome[d["kernel_outcome"]])
+                   tuple(KernelShare(**k) for k in d["kernels"]), d["fastest_flashinfer"], Outcome[d["kernel_outcome"]],
+                   d.get("build_bound_ms"))
 
 
 def drafter_heads(pair: Pair) -> tuple[int, int]:
@@ -148,7 +151,8 @@ def _side(turns: Turns, run: RunId, batch: int) -> DraftSide | None:
         return None
     attention = [a for a in map(attention_ms, rounds) if a is not None]
     return DraftSide(statistics.median(attention) if attention else None, statistics.median(map(build_ms, rounds)),
-                     statistics.median(map(draft_build_ms, rounds)), most_common(list(map(kernel_of, rounds))))
+                     statistics.median(map(draft_build_ms, rounds)), most_common(list(map(kernel_of, rounds))),
+                     statistics.median(map(step_ms, rounds)))
 
 
 def _difference(turns: Turns, run: RunId, baseline: RunId, batch: int, metric) -> Estimate | None:
@@ -178,7 +182,8 @@ def draft_costs(turns: Turns, kernel_rows=()) -> list[DraftCost]:
             build_bound = max(AA_SHARE * theirs.build_ms, BUILD_CEILING_MS)
             out.append(DraftCost(pair, batch, *heads, theirs, ours, attention, attention_aa, build, build_aa, bound,
                                  _within(attention_aa, bound) and _within(build_aa, build_bound),
-                                 BUILD_TARGET.judge(build), *kernel_verdict(heads, batch, ours.kernel, kernel_rows)))
+                                 BUILD_TARGET.judge(build), *kernel_verdict(heads, batch, ours.kernel, kernel_rows),
+                                 build_bound))
     return out
 
 
