@@ -9,7 +9,8 @@
     benchmarks.py  every kernel's time per call, kernels over fa2 (06), the draft's cost end to end (08); the SVGs of
                    docs/figures/
     draft_build.py what a draft's metadata build costs the host, steps 7-9, and the route by shape (07)
-    costs.py       the draft's cost end to end as data: read, its tables and its bottom line (08)
+    costs.py       the draft's cost end to end as data: read, and its table (08)
+    cost_verdicts.py  what 08's figure and tables say: one noise rule, the targets, the bottom line
     cost_engines.py  the engine benchmark's engines, planned and as vLLM resolved them; the route checked (08)
     gains.py       the RTX 4090 path's gain over no speculation: its table and verdict (08)
     today.py       notebook 05's tables: step 4 against vLLM 0.24.0, the lesson's places in three releases, the claims
