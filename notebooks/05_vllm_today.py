@@ -65,8 +65,8 @@ verdict(places_verdict())
 # ## The priority lists of 0.33.0
 #
 # Notebook 01's selector takes the first backend of a GPU's **priority list** whose `validate_configuration` says
-# yes. In 0.33.0 a non-causal layer (`use_non_causal`) skips SM 10.x's list, FlashInfer first, for the other GPUs',
-# FLASH_ATTN first: vLLM's lines, then what the function returns (how it is read: appendix).
+# yes. In 0.33.0, on SM 10.x, a non-causal layer (`use_non_causal`) gets the other GPUs' list (FLASH_ATTN first), not
+# SM 10.x's (FlashInfer first). vLLM's lines, then what the function returns (how it is read: appendix):
 
 # %%
 from IPython.display import display

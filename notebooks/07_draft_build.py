@@ -100,9 +100,10 @@ verdict(reuse_verdict(over))
 # %% [markdown]
 # ## Step 9: no plan at all, where XQA is faster
 #
-# A kept plan still runs fa2's kernel after a page-table launch. FlashInfer's **XQA** kernel reads vLLM's own block
-# table and exact `seq_lens` on the GPU, so it needs no plan and no page table. Where its kernel is the faster (the
-# benchmark below), step 9 sends a draft step there by a **route rule**:
+# A kept plan still runs fa2's kernel after a page-table launch. FlashInfer's **XQA** kernel reads vLLM's block table
+# and exact `seq_lens` on the GPU: no plan, no page table. Where it is the faster (the benchmark below), step 9 sends a
+# draft step there by a **route rule**, on SM 9.0 with a bf16/fp16 cache only (XQA's Hopper FP8 kernel masks short
+# blocks causally, and a DFlash block is not causal):
 
 # %%
 from dflash_fi.steps import backend_module

@@ -6,6 +6,7 @@
     places_table()             each place the lesson taught: what changed it from release to release, and why
     place_diffs()              the same places' diffs, folded, one box per release step
     noncausal_branch()         0.33.0's `_get_backend_priorities`, its `use_non_causal` branch, from the pinned wheel
+    upstream_comment(), UPSTREAM_WHY   the comment above that branch, and the reason quoted from it
     priority_table(gpus)       the priority lists of 0.22.1 and 0.33.0 (causal and non-causal), from their own source
     claims_table(claims)       each claim: this project's step against what upstream's code shows, and when
     told(claims)               what upstream's code does at each claim, its PRs and since when, as one clause
@@ -180,7 +181,30 @@ def places_verdict() -> str:
     kept = [p.title for p in PLACES if not changes(p)[1].diff]
     return (f"{len(changed[0])} of {len(PLACES)} places changed from 0.22.1 to 0.24.0, {len(changed[1])} from 0.24.0 "
             f"to 0.33.0; unchanged since the merge: {' and '.join(kept) or 'none'}. Upstream's code has also gained: "
-            f"{_around()}.")
+            f"{_around()}. XQA is {_xqa()}")
+
+
+def _xqa() -> str:
+    """The glossary's XQA, for the verdict that first names it."""
+    from dflash_fi.lab.glossary import glossary
+
+    return next(t.definition for t in glossary() if t.term == "XQA")
+
+
+# Quoted from the comment above 0.33.0's SM 10.x test (`upstream_comment`); `priority_verdict` fails if it is not there.
+UPSTREAM_WHY = "non-causal cutlass path (used for dflash attention) is known to have problems"
+
+
+def upstream_comment() -> str:
+    """The comment vLLM 0.33.0 writes above `_get_backend_priorities`' `not use_non_causal` test, as one line, read
+    from its pinned wheel."""
+    from dflash_fi.upstream import CUDA, TODAY, definition
+
+    lines = definition(TODAY, CUDA, "_get_backend_priorities").splitlines()
+    end = start = next(i for i, line in enumerate(lines) if "not use_non_causal" in line)
+    while start and lines[start - 1].lstrip().startswith("#"):
+        start -= 1
+    return " ".join(line.strip().removeprefix("#").strip() for line in lines[start:end])
 
 
 def priority_verdict(gpus) -> str:
@@ -190,10 +214,12 @@ def priority_verdict(gpus) -> str:
     moved, why = moved_priorities(gpus), claim("flash_attn_first")
     causal_kept = all(priorities(TODAY, cap, False) == priorities(LESSON, cap) for cap in gpus)
     firsts = sorted({priorities(TODAY, cap, True)[0] for cap in moved})
+    if UPSTREAM_WHY not in upstream_comment():
+        raise LookupError(f"vLLM {TODAY}'s comment no longer says {UPSTREAM_WHY!r}: {upstream_comment()!r}")
     return (f"only {', '.join(f'SM {sm(c)}' for c in moved)} changes, "
             f"{'and only' if causal_kept else 'also'} for a non-causal layer: a DFlash draft that names no backend "
-            f"gets {', '.join(firsts)} first there ({', '.join(why.prs)}, {why.when()}). On the other GPUs the walk "
-            "is 0.22.1's.")
+            f"gets {', '.join(firsts)} first there ({', '.join(why.prs)}, {why.when()}), because, upstream's comment "
+            f"says, FlashInfer's \"{UPSTREAM_WHY}\". On the other GPUs the walk is 0.22.1's.")
 
 
 def claims_verdict() -> str:

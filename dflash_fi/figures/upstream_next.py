@@ -24,8 +24,9 @@ def modes_verdict(claims: dict) -> str:
     draft = by_step(claims, BLACKWELL, "flashinfer_claim_draft_config")
     same = claim[4] if claim[4] == claim[5] else f"{claim[4]} and {claim[5]}"
     return (f"on SM 9.0 steps 4 and 5 claim {same}; the engine resolves {mode[4]}: a FlashInfer draft costs every "
-            f"layer its FULL graphs (a cost no benchmark here measures); step 6 resolves {mode[6]}. On SM 10.0 with "
-            f"TRTLLM, step 4 claims {draft[4]} even for the draft's config, step 5 {draft[5]}: that is #48167, next.")
+            "layer its FULL graphs (notebook 08's RTX 4090 path compares the PR's step-4 draft with the final one, "
+            f"graphs included); step 6 resolves {mode[6]}. On SM 10.0 with TRTLLM, step 4 claims {draft[4]} even for "
+            f"the draft's config, step 5 {draft[5]}: that is #48167, next.")
 
 
 def replay_verdict(bites: dict, changed: list) -> str:
@@ -81,15 +82,26 @@ def failing(checks: list) -> str:
 
 
 def closing_verdict(claims: dict, moved: list) -> str:
+    """From `graph_claims()` and `wrappers_moved(5, 6)`: each mode told by the claim that sets it, and #48167 told
+    at the SMs where steps 4 and 5 claim differently (either config)."""
     from dflash_fi.lab.batches import STANDARD_BATCHES
     from dflash_fi.lab.today import by_step
     from dflash_fi.upstream import claim
+    from dflash_fi.vocabulary import sm
 
-    mode = by_step(claims, HOPPER, "resolved_mode")
-    graph_claim, wrappers_claim = claim("noncausal_graph_claim"), claim("graph_prefill_wrappers")
-    return (f"the weakest claim sets one mode: on SM 9.0 a FlashInfer draft gives {mode[5]} through step 5 "
-            f"({graph_claim.prs[0]} keeps draft blocks out of FULL graphs, {graph_claim.when()}); step 6's graph "
-            f"wrappers win back {mode[6]}, changing {len(moved)} of {len(STANDARD_BATCHES)} batches' wrapper. Upstream "
+    claim9, mode9 = (by_step(claims, HOPPER, f) for f in ("flashinfer_claim", "resolved_mode"))
+    draft10 = by_step(claims, BLACKWELL, "flashinfer_claim_draft_config")
+    fields = ("flashinfer_claim", "flashinfer_claim_draft_config")
+    acts = [f"SM {sm(c)} {'with' if claims[4, c]['trtllm_available'] else 'without'} TRTLLM"
+            for c in (HOPPER, BLACKWELL) if any(by_step(claims, c, f)[4] != by_step(claims, c, f)[5] for f in fields)]
+    said = (f"claims {claim9[4]} at steps 4 and 5: with a FlashInfer draft the engine is {mode9[4]} already at step 4"
+            if (claim9[4], mode9[4]) == (claim9[5], mode9[5]) else
+            f"claims {claim9[4]}, then {claim9[5]}: the engine is {mode9[4]} at step 4, {mode9[5]} at step 5")
+    fix, wrappers_claim = claim("noncausal_graph_claim"), claim("graph_prefill_wrappers")
+    return (f"on SM 9.0 without TRTLLM FlashInfer {said}. {fix.prs[0]} (step 5) "
+            f"changes a claim on {' and '.join(acts) or 'no SM here'} only (the draft's config, {draft10[4]} to "
+            f"{draft10[5]}; {fix.when()}). Step 6's graph wrappers claim {claim9[6]} on SM 9.0: {mode9[6]} again, "
+            f"{len(moved)} of {len(STANDARD_BATCHES)} batches' wrapper changed. Upstream "
             f"{wrappers_claim.agreement.value.removeprefix('upstream ')} ({wrappers_claim.theirs}). Next, 07: what a "
             "draft's metadata build costs the host.")
 
@@ -137,7 +149,8 @@ def tau_verdict(at4, at6, eager, ours, same: tuple[int, int] | None) -> str:
         target = ", ".join(sorted({short_backend(b) for b in eager.target_backends}))
         out += (f" Notebook 04's eager step 4 ({target} target) has tau {eager.tau:.3f} where this one has "
                 f"{ours.tau:.3f}: at near-ties the target's kernels pick the text, and so which drafts are accepted; "
-                f"only {same[0]}/{same[1]} of its outputs equal plain decoding's on the same target.")
+                f"only {same[0]}/{same[1]} of this step 4's outputs equal those of plain decoding, also on a "
+                "FlashInfer target.")
     return out
 
 

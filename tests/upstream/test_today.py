@@ -90,3 +90,32 @@ def test_step_6_moves_one_batch_and_the_verdict_says_which_in_words():
     text = wrapper_verdict(claims, moved)
     assert "only the target's verify batch of 4 requests moves to the CUDA-graph prefill wrapper (batch size 4)" in text
     assert VERIFY.name not in text
+
+
+def test_the_closing_verdict_gives_48167_only_the_sms_where_its_claim_changes():
+    from dflash_fi.figures.upstream_next import closing_verdict
+
+    def row(claim, draft, mode, trtllm):
+        return {"flashinfer_claim": claim, "flashinfer_claim_draft_config": draft, "resolved_mode": mode,
+                "trtllm_available": trtllm}
+
+    single, uniform = "UNIFORM_SINGLE_TOKEN_DECODE", "UNIFORM_BATCH"
+    claims = {**{(s, HOPPER): row(single, single, "PIECEWISE", False) for s in (4, 5)},
+              (6, HOPPER): row(uniform, single, "FULL_AND_PIECEWISE", False),
+              **{(s, BLACKWELL): row(uniform, uniform if s == 4 else single, "FULL_AND_PIECEWISE", True)
+                 for s in (4, 5, 6)}}
+    text = closing_verdict(claims, [])
+    assert "PIECEWISE already at step 4" in text and "changes a claim on SM 10.0 with TRTLLM only" in text
+    claims[5, HOPPER] = row(single, "NEVER", "PIECEWISE", False)
+    assert "on SM 9.0 without TRTLLM and SM 10.0 with TRTLLM only" in closing_verdict(claims, [])
+
+
+def test_the_priority_verdict_quotes_0_33_0s_own_comment_and_fails_without_it(upstream_wheels, monkeypatch):
+    from dflash_fi.figures import today as figures
+
+    comment = figures.upstream_comment()
+    assert comment.startswith("SM100f defaults to FlashInfer") and figures.UPSTREAM_WHY in comment
+    assert f'"{figures.UPSTREAM_WHY}"' in figures.priority_verdict((RTX_4090, HOPPER, BLACKWELL))
+    monkeypatch.setattr(figures, "upstream_comment", lambda: "So prefer FlashAttention when non-causal on SM100f.")
+    with pytest.raises(LookupError):
+        figures.priority_verdict((RTX_4090, HOPPER, BLACKWELL))
