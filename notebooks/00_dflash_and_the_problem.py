@@ -26,7 +26,7 @@
 
 # %% tags=["nbval-ignore-output"]
 import dflash_fi.records.summary as summary
-from dflash_fi.notebook import check, setup, show, verdict
+from dflash_fi.notebook import check, setup, show, verdict, wrapped_lines
 
 session = setup("00_dflash_and_the_problem", reads=(summary.Section.WALKTHROUGH,))  # its reference, cited below
 
@@ -94,13 +94,14 @@ from dflash_fi.reference.evaluate import evaluate_pair
 prompts, new_tokens, device = (LIVE_PROMPTS, LIVE_NEW_TOKENS, "cuda") if session.on_gpu else (6, 64, "cpu")
 reference = evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=prompts), new_tokens, device=device)
 prompt_set = f"{reference['n_prompts']} held-out prompts x {reference['n_new_tokens']} tokens"
-print(f"{prompt_set}, fp32 on the {device.upper()}: tau non-causal {reference['tau_noncausal']:.3f}, causal "
-      f"{reference['tau_causal']:.3f}; speculative output == greedy output on {reference['lossless_fraction']:.0%} "
-      "of prompts")
 later = summary.read().walkthrough().reference  # the evidence pass's reference: what notebooks 1-4 cite
-print(f"the walkthrough's set, which notebooks 1-4 cite from the evidence: {later['n_prompts']} prompts x "
-      f"{later['n_new_tokens']} tokens, tau non-causal {later['tau_noncausal']:.3f}, causal {later['tau_causal']:.3f}; "
-      f"their live engines decode {LIVE_PROMPTS} prompts x {LIVE_NEW_TOKENS} tokens")
+with wrapped_lines():
+    print(f"{prompt_set}, fp32 on the {device.upper()}: tau non-causal {reference['tau_noncausal']:.3f}, causal "
+          f"{reference['tau_causal']:.3f}; speculative output == greedy output on {reference['lossless_fraction']:.0%} "
+          "of prompts")
+    print(f"the walkthrough's set, which notebooks 1-4 cite from the evidence: {later['n_prompts']} prompts x "
+          f"{later['n_new_tokens']} tokens, tau non-causal {later['tau_noncausal']:.3f}, causal "
+          f"{later['tau_causal']:.3f}; their live engines decode {LIVE_PROMPTS} prompts x {LIVE_NEW_TOKENS} tokens")
 verdict(f"on {prompt_set}, a backend that silently plans the draft causal costs "
         f"{reference['tau_noncausal'] - reference['tau_causal']:.2f} tokens per target forward "
         f"({1 - reference['tau_causal'] / reference['tau_noncausal']:.0%} fewer), and changes no output: only tau "
@@ -114,17 +115,12 @@ verdict(f"on {prompt_set}, a backend that silently plans the draft causal costs 
 # shows the line that refuses FLASHINFER: `if use_non_causal and not cls.supports_non_causal()`):
 
 # %%
+from dflash_fi.figures.attention import refusal_verdict
 from dflash_fi.lab.selector import backend_verdicts
 from dflash_fi.vocabulary import RTX_4090
 
-
 stock_4090_fp8 = backend_verdicts(0, RTX_4090, "fp8", "draft")  # the GPU's priority list, in order
-refused = [v["backend"] for v in stock_4090_fp8 if v["reasons"]]
-reasons = sorted({reason for v in stock_4090_fp8 for reason in v["reasons"]})
-refused_for = {r: [v["backend"] for v in stock_4090_fp8 if r in v["reasons"]] for r in reasons}
-verdict(f"all {len(refused)} backends of the list ({', '.join(v['backend'] for v in stock_4090_fp8)}) refuse: "
-        + "; ".join(f"'{r}' ({', '.join(backends)})" for r, backends in refused_for.items())
-        + ". The draft has no backend; FLASHINFER is refused only for non-causal attention.")
+verdict(refusal_verdict(stock_4090_fp8))
 
 # %% [markdown]
 # ## The map
@@ -158,8 +154,7 @@ if session.gpu_cell():  # the reference decoder is plain PyTorch: CPU and GPU ag
     check("the reference decoder on the GPU gives the CPU's tau within 5%", gap <= 0.05, f"{gap:.2%} apart")
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import wrapped_lines
-
+refused = [v["backend"] for v in stock_4090_fp8 if v["reasons"]]
 with wrapped_lines():
     check("the reference decoder: non-causal tau above causal tau, both above 1, output lossless",
           reference["tau_noncausal"] > reference["tau_causal"] > 1.0 and reference["lossless_fraction"] >= 0.95,

@@ -21,9 +21,7 @@
 # dtypes, ... `use_non_causal` into an `AttentionSelectorConfig` and asks the platform; the draft's layers ask apart.
 
 # %% tags=["nbval-ignore-output"]
-from dflash_fi.notebook import runs as P
-from dflash_fi.notebook import setup
-from dflash_fi.notebook import check, show, show_engine_calls, show_source, verdict, wrapped_lines
+from dflash_fi.notebook import runs as P, setup, check, show, show_engine_calls, show_source, verdict, wrapped_lines
 
 live_runs = [P.FLASH_ATTN, P.step_run(0), P.step_run(1), P.RTX4090_STOCK]  # start now (section "On the GPU")
 session = setup("01_choosing_a_backend", live=live_runs)
@@ -31,8 +29,8 @@ session = setup("01_choosing_a_backend", live=live_runs)
 # %% [markdown]
 # ## The path of a draft layer, and where each step lands
 #
-# Selection happens once. Then every decoding step of the draft goes through the metadata builder's `build()`,
-# the wrapper's `plan()` and its `run()`, once per layer, before a kernel runs; the next notebooks name these boxes:
+# Selection happens once; then each draft step runs the builder's `build()` and the wrapper's `plan()` (per layer
+# group), then `run()` and a kernel per layer:
 
 # %% tags=["nbval-ignore-output"]
 from matplotlib import pyplot as plt
@@ -51,9 +49,9 @@ verdict("only step 1 touches the selector (this notebook); the PR's other steps 
 # %% [markdown]
 # ## What vLLM checks, in its own code
 #
-# `get_attn_backend_cls` checks a backend asked for alone (its reasons: the error); with none asked for, it asks
-# each backend of the GPU's list. The draft asks with its own config: `speculative_config["attention_backend"]`
-# (None: the selector picks), never the target's, and `use_non_causal=True`, which the last listing checks:
+# `get_attn_backend_cls` checks a backend asked for alone; with none, it walks the GPU's list and raises if none is
+# valid (the RTX 4090's "no backend"). The draft asks with its own `speculative_config["attention_backend"]`
+# (None: the selector picks) and `use_non_causal=True`, which the last listing checks:
 
 # %%
 from vllm.v1.attention.backend import AttentionBackend
@@ -62,13 +60,12 @@ from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 from dflash_fi.lab.pretend_gpu import cuda_platform_class
 
 show_source(cuda_platform_class().get_attn_backend_cls,
-            [(r"if selected_backend is not None:", r"if selected_backend is not None:"),
-             (r"invalid_reasons = backend_class\.validate_configuration\(", r"validate_configuration\("),
-             (r"if invalid_reasons:", r"raise ValueError\(")],
-            mark=(r"if selected_backend is not None", r"validate_configuration\("))
+            [(r"if selected_backend is not None:", r":"), (r"invalid_reasons = backend_class\.validate_", r"\("),
+             (r"= cls\.get_valid_backends\(", r"\("), (r"if len\(valid_backends_priorities\) == 0", r"No valid"),
+             (r"# We have found some valid backends", r"# highest priority")],
+            mark=(r"get_valid_backends\(", r"raise ValueError\("))
 show_source(SpecDecodeBaseProposer._create_draft_vllm_config,
-            [(r"Never inherit the attention backend", r"Never inherit"),
-             (r"\bbackend=spec_cfg\.attention_backend", r"\bbackend=spec_cfg\.attention_backend")],
+            [(r"Never inherit the attention backend", r"Never"), (r"\bbackend=spec_cfg\.attention_", r"backend=")],
             mark=(r"\bbackend=spec_cfg\.attention_backend",))
 show_source(DFlashProposer._create_draft_vllm_config, [(r"base = super", r"base = super"),
                                                        (r"use_non_causal", r"use_non_causal")])
@@ -78,8 +75,8 @@ show_source(AttentionBackend.validate_configuration,
 # %% [markdown]
 # ## The priority lists, and the draft's selection before and after step 1
 #
-# Each GPU's list (`_get_backend_priorities`, vLLM's real `CudaPlatform` reporting SM 8.9, 9.0, 10.0); then, per
-# GPU and KV cache, the draft's selection before and after step 1:
+# Each GPU's list (vLLM's own `_get_backend_priorities` at SM 8.9, 9.0, 10.0), then the draft's pick per GPU and KV
+# cache, before and after step 1:
 
 # %%
 from dflash_fi.lab.selector import (PickChange, column, pick_changes, priority_inputs, priority_lists,
@@ -112,9 +109,8 @@ with wrapped_lines():
 # %% [markdown]
 # ## Step 1: one method, and the guard behind it
 #
-# Step 1 is one classmethod on `FlashInferBackend`, `supports_non_causal()` (the exercise at the end has you write
-# it; the answer is in the Appendix below). But nothing below the selector knows about causality yet, and DFlash's
-# own guard refuses step 1's draft metadata (the GPU runs show it):
+# Step 1 is one classmethod, `FlashInferBackend.supports_non_causal()` (the exercise's answer: the Appendix, open
+# it). Nothing below the selector knows causality yet: DFlash's guard refuses the draft's metadata:
 
 # %%
 show_source(DFlashProposer.build_per_group_and_layer_attn_metadata,
@@ -158,7 +154,7 @@ with wrapped_lines():
           changes.refused_before == changes.columns, f"{changes.columns} columns")
     check("the RTX 4090 + FP8 draft has no backend at step 0 and FLASHINFER at step 1",
           PickChange("8.9", "fp8", None, "FLASHINFER") in changes.changed)
-    check("step 1's FLASHINFER is accepted everywhere; its metadata has no causal field and DFlash's guard refuses it",
+    check("step 1: FLASHINFER accepted everywhere; its metadata has no causal field, so DFlash's guard refuses it",
           changes.accepted_after == changes.columns and draft_row.metadata_causal is None
           and draft_row.dflash_check_passed is False)
     check(f"the walkthrough's {len(checks)} checks for these runs pass",
@@ -167,8 +163,8 @@ with wrapped_lines():
 # %% [markdown]
 # ## What you saw, and what's next
 #
-# The selector walks the GPU's list asking each `validate_configuration`; the draft asks with `use_non_causal=True`,
-# which stock FlashInfer refuses. Step 1 gets past it, into DFlash's guard. Next, notebook 2: the metadata builder.
+# The selector walks the list; stock FlashInfer refuses `use_non_causal=True`, step 1 accepts it, DFlash's
+# guard refuses next. Notebook 2: the metadata builder.
 
 # %% [markdown] tags=["appendix"]
 # ## Appendix
@@ -199,4 +195,4 @@ show_step_diff(1)
 #
 # Edit the hunk's `"new"` text in that file. Untouched, the check says `step 1 still fails 2 of 3 checks: selector
 # accepts the draft; RTX 4090 fp8 draft`; right, `step 1 passes: all 3 checks of step 1 hold with your hunks` (exit
-# 0). The answer is step 1's hunk, in the Appendix just above.
+# 0). The answer: step 1's hunk, in the Appendix (open it).

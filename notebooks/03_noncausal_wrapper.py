@@ -63,11 +63,8 @@ show_source(FlashInferMetadataBuilder._get_prefill_wrapper, [(r"if self\._prefil
 
 # %%
 from dflash_fi.notebook import show_hunks
-import dflash_fi.patched.step3 as step3
 
-show_hunks(3, only=[1, 2], max_lines={2: 0}, context=1, joined=True)  # hunk 2's decision, from step 3's module:
-show_source(step3.FlashInferMetadataBuilder._get_prefill_wrapper,
-            [(r"if not causal:", r"return self\._noncausal_prefill_wrapper")])
+show_hunks(3, only=[1, 2], max_lines={2: slice(-14, None)}, context=1)  # of hunk 2, its decision: its last lines
 
 # %% [markdown]
 # - hunk 3: `build()` refuses first what has no non-causal path (DCP, an NVFP4 cache: below; #43081 refuses NVFP4

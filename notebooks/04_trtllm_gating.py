@@ -66,24 +66,15 @@ show_hunks(4, max_lines=None)
 # which the selector refuses, built by the lab anyway):
 
 # %%
-from dataclasses import replace
-
-from dflash_fi.lab.routes import Prefill, path_label
-from dflash_fi.lab.routing import routing_report, routing_rows
+from dflash_fi.figures.path import gating_verdict, trtllm_gating
+from dflash_fi.lab.routes import Prefill
+from dflash_fi.lab.routing import routing_rows
 from dflash_fi.notebook import changed_rows
 from dflash_fi.vocabulary import BLACKWELL
 
 show(changed_rows(*routing_rows(steps=(0, 3, 4), capability=BLACKWELL, trtllm=True)))
-stock, before, after = (routing_report(s, trtllm=True).routes[0] for s in (0, 3, 4))
-warnings = routing_report(4, trtllm=True).step_warnings
-targets = {s: [replace(r, metadata_causal=None) for r in routing_report(s, trtllm=True).routes if r.role == "target"]
-           for s in (0, 4)}  # step 4's metadata says causal=True where stock's has no field; the rest must be equal
-same_as_stock = targets[0] == targets[4]
-verdict(f"stock would run the draft on {path_label(stock.decode)}, step 3 on {path_label(before.prefill)} (both causal); "
-      f"step 4 keeps it on {path_label(after.prefill)}, planned causal={after.plan_causal}, and logs once: "
-      f"'{'; '.join(w.message for w in warnings)}'. "
-      + ("The target rows are the same in every column (random batches: the appendix's property test)."
-         if same_as_stock else "The target rows differ: a bug."))
+gating = trtllm_gating()  # the draft's route at steps 0, 3, 4; step 4's warnings; its target routes against stock's
+verdict(gating_verdict(gating))
 
 # %% [markdown]
 # ## On the GPU, and the RTX 4090 case
@@ -111,19 +102,11 @@ with wrapped_lines():
 
 # %% tags=["nbval-ignore-output"]
 import dflash_fi.records.summary as S
-from dflash_fi.records.engine import short_backend
-from dflash_fi.lab.selector import backend_verdicts
-from dflash_fi.vocabulary import RTX_4090
+from dflash_fi.figures.attention import rtx4090_verdict
 
 rtx = records[P.RTX4090_STEP4]
 made = rtx.provenance or S.read().walkthrough().provenance  # where a live record ran; else the summary section
-ran = {role: ", ".join(sorted({short_backend(b) for b in backends}))
-       for role, backends in (("target", rtx.target_backends), ("draft", rtx.draft_backends))}
-flash_attn_fp8 = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "target")}["FLASH_ATTN"]
-verdict(f"vLLM's FlashAttention answers version {rtx.flash_attn_version}; on the CPU lab's pretended RTX 4090 "
-        f"it refuses an FP8 cache ('{'; '.join(flash_attn_fp8) or 'no reason'}'), and here the target's layers run on "
-        f"{ran['target']} and the draft's on {ran['draft']} (its tau: the chart below). Still not a real 4090: the "
-        f"silicon is {made.gpu} (SM {made.compute_capability}), and FlashInfer picks its kernels for that.")
+verdict(rtx4090_verdict(rtx, made))
 
 # %% [markdown]
 # Every eager run of the committed walkthrough, against the reference decoder on the walkthrough's own prompt set
@@ -153,10 +136,12 @@ verdict(pr_tau_verdict({run: walkthrough[run] for run in eager if run in walkthr
 from dflash_fi.lab.selector import non_causal_support
 
 check("on Blackwell, step 3 still sends the draft to TRTLLM prefill; step 4 to its non-causal wrapper",
-      before.prefill is Prefill.TRTLLM and after.prefill is Prefill.NON_CAUSAL and after.plan_causal is False)
-check("step 4 warns once, and routes every target batch as stock does", len(warnings) == 1 and same_as_stock)
-stock_support, step4_support = (non_causal_support(s) for s in (0, 4))  # vLLM's docs' feature table
-check("vLLM's attention-backend feature table (its docs), column Non-Causal, gains FlashInfer and nothing else", {
+      gating.before.prefill is Prefill.TRTLLM and gating.after.prefill is Prefill.NON_CAUSAL
+      and gating.after.plan_causal is False)
+check("step 4 warns once, and routes every target batch as stock does",
+      len(gating.warnings) == 1 and gating.targets_as_stock)
+stock_support, step4_support = (non_causal_support(s) for s in (0, 4))  # every backend's class, stock and step 4
+check("of vLLM's non-MLA backends, only FLASHINFER's supports_non_causal() changes from stock to step 4 (False -> True)", {
     n: (stock_support[n], step4_support[n]) for n in stock_support if stock_support[n] != step4_support[n]
 } == {"FLASHINFER": (False, True)})
 check(f"the walkthrough's {len(checks)} checks for step 4 and the RTX 4090 case pass",

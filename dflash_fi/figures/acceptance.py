@@ -16,6 +16,7 @@ from dflash_fi.figures.style import (COINCIDE_BELOW, COLORS, figure_legend, max_
 STYLE_ORDER = (FLASH_ATTN, step_run(2), step_run(3), step_run(4))
 REFERENCE_CURVES = (("noncausal", "reference decoder, non-causal", COLORS["accepted"]),
                     ("causal", "reference decoder, causal", COLORS["refused"]))
+CURVE_NAME = {key: name for key, name, _ in REFERENCE_CURVES}  # the legends' names, which the verdicts quote
 
 
 def why_no_numbers(record: EngineRecord | None, sep: str = "\n") -> str:
@@ -106,12 +107,13 @@ def tau_by_step(records: dict[RunId, EngineRecord], reference: dict, runs: list[
                     va="bottom", fontsize=8, color=COLORS["refused"])
             continue
         ax.bar(x, tau - 1, bottom=1, width=0.6, color=COLORS["bar"])
-        inside = tau - 1 > 0.15 * (top - 1)  # inside the bar, clear of the reference lines above
-        ax.text(x, tau - 0.02 * (top - 1) if inside else tau, f"{tau:.2f}", ha="center",
-                va="top" if inside else "bottom", fontsize=8, color="white" if inside else "black")
-    for key, name, color in (("tau_noncausal", "reference decoder, non-causal block", COLORS["accepted"]),
-                             ("tau_causal", "reference decoder, causal block", COLORS["refused"])):
-        ax.axhline(reference[key], color=color, ls="--", lw=1.4, label=f"{name} ({reference[key]:.2f})")
+        # at the bar's foot: its top sits on a reference line wherever the run matches a prediction
+        inside = tau - 1 > 0.15 * (top - 1)
+        ax.text(x, 1 + 0.02 * (top - 1) if inside else tau, f"{tau:.2f}", ha="center", va="bottom", fontsize=8,
+                color="white" if inside else "black")
+    for key, name, color in REFERENCE_CURVES:
+        tau = reference[f"tau_{key}"]
+        ax.axhline(tau, color=color, ls="--", lw=1.4, label=f"{name} ({tau:.2f})")
     ax.set_xticks(range(len(runs)))
     # Wrapped, not rotated: a rotated long label takes the figure's height and runs off its side.
     ax.set_xticklabels([textwrap.fill(short_run_label(run), 19) for run in runs], fontsize=8)
@@ -135,12 +137,12 @@ def pr_tau_verdict(records: dict[RunId, EngineRecord], reference: dict) -> str:
         return "steps 2-4 have no tau recorded here"
     prompts = f"{reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens"
     fp8 = [(name, tau[run]) for name, run in (("FP8 cache", FP8), ("the RTX 4090 case", RTX4090_STEP4)) if run in tau]
-    return (f"on {prompts}: step 2 sits at the causal prediction ({tau[step_run(2)]:.3f} against "
-            f"{reference['tau_causal']:.3f}), steps 3 and 4 at the non-causal one ({tau[step_run(3)]:.3f} and "
+    return (f"on {prompts}: step 2 sits at '{CURVE_NAME['causal']}' ({tau[step_run(2)]:.3f} against "
+            f"{reference['tau_causal']:.3f}), steps 3 and 4 at '{CURVE_NAME['noncausal']}' ({tau[step_run(3)]:.3f} and "
             f"{tau[step_run(4)]:.3f}, against {reference['tau_noncausal']:.3f}); "
             + "; ".join(f"{name} {t:.3f} ({t / tau[step_run(4)] - 1:+.1%} from step 4)" for name, t in fp8)
             + ": an FP8 cache rounds what both models attend over, so tau moves a few percent, far above the causal "
-            "prediction.")
+            "line.")
 
 
 def causal_drift_verdict(records: dict[RunId, EngineRecord], runs, reference: dict) -> str:
@@ -151,13 +153,12 @@ def causal_drift_verdict(records: dict[RunId, EngineRecord], runs, reference: di
     mean = {k: sum(abs(x - y) for x, y in zip(s2, ref[k])) / len(s2) for k in ("causal", "noncausal")}
     under = {k: max(abs(x - y) for x, y in zip(run, ref[k])) for k, run in (("noncausal", fa), ("causal", s2))}
     drafts = "causally" if mean["causal"] < mean["noncausal"] else "not causally"
-    return (f"in the figure the dashed non-causal reference lies under the FLASH_ATTN draft's line (at most "
-            f"{under['noncausal']:.3f} apart) and the dashed causal one under step 2's (at most "
-            f"{under['causal']:.3f}). "
-            f"On {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 is {mean['causal']:.3f} "
-            f"from the reference's causal curve on average and {mean['noncausal']:.3f} from its non-causal one: it "
-            f"drafts {drafts}. At the first position it accepts {s2[0]:.2f} of drafts against the FLASH_ATTN draft's "
-            f"{fa[0]:.2f}.")
+    return (f"in the figure the dashed '{CURVE_NAME['noncausal']}' lies under the FLASH_ATTN draft's line (at most "
+            f"{under['noncausal']:.3f} apart) and the dashed '{CURVE_NAME['causal']}' under step 2's (at most "
+            f"{under['causal']:.3f}). On {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 2 "
+            f"is on average {mean['causal']:.3f} from '{CURVE_NAME['causal']}' and {mean['noncausal']:.3f} from "
+            f"'{CURVE_NAME['noncausal']}': it drafts {drafts}. At the first position it accepts {s2[0]:.2f} of drafts "
+            f"against the FLASH_ATTN draft's {fa[0]:.2f}.")
 
 
 def noncausal_fix_verdict(records: dict[RunId, EngineRecord], runs, reference: dict) -> str:
@@ -167,6 +168,6 @@ def noncausal_fix_verdict(records: dict[RunId, EngineRecord], runs, reference: d
     to_fa, to_ref = (max_difference(curve, s3) for curve in (fa, reference["per_position_acceptance"]["noncausal"]))
     return (f"on {reference['n_prompts']} prompts x {reference['n_new_tokens']} tokens, step 3 (tau "
             f"{records[runs[2]].tau:.3f}) lies within {to_fa:.3f} of the FLASH_ATTN draft (tau "
-            f"{records[runs[0]].tau:.3f}) and {to_ref:.3f} of the reference's non-causal curve at all {len(s3)} "
-            f"positions; step 2 starts {'below' if s2[0] < s3[0] else 'NOT below'} it ({s2[0]:.3f} against "
+            f"{records[runs[0]].tau:.3f}) and {to_ref:.3f} of '{CURVE_NAME['noncausal']}' at all {len(s3)} "
+            f"positions; step 2 starts {'below' if s2[0] < s3[0] else 'NOT below'} step 3 ({s2[0]:.3f} against "
             f"{s3[0]:.3f} at the first).")

@@ -39,8 +39,11 @@ class Listing:
         return {"text/html": self.html, "text/plain": self.text}
 
 
-def cut(lines: list[str], max_lines: int | None, what: str = "lines") -> tuple[list[str], str]:
-    """The first max_lines lines, and a note saying how many more there were ('' when none)."""
+def cut(lines: list[str], max_lines: int | slice | None, what: str = "lines") -> tuple[list[str], str]:
+    """The first max_lines lines (or the slice of them), and a note saying how many were left out ('' when none)."""
+    if isinstance(max_lines, slice):
+        part = lines[max_lines]
+        return part, f"... {len(lines) - len(part)} {what} of it left out" if len(part) < len(lines) else ""
     if max_lines is None or len(lines) <= max_lines:
         return lines, ""
     return lines[:max_lines], f"... {len(lines) - max_lines} more {what}"
@@ -54,7 +57,7 @@ def _note(text: str) -> str:
     return f'<div style="font-size: 12px; color: #57606a; margin-top: 2px">{html.escape(text)}</div>' if text else ""
 
 
-def diff_block(diff: str, heading: str | None = None, max_lines: int | None = MAX_LINES,
+def diff_block(diff: str, heading: str | None = None, max_lines: int | slice | None = MAX_LINES,
                more: str = "") -> Listing:
     """A unified diff (its ---/+++ lines dropped) with its lines coloured; past max_lines cut, and the note says
     how much and where the rest is (`more`)."""
@@ -64,7 +67,7 @@ def diff_block(diff: str, heading: str | None = None, max_lines: int | None = MA
     return Listing(f"<div>{_heading(heading)}{body}{_note(note)}</div>", text)
 
 
-def _diff_lines(diff: str, max_lines: int | None, more: str) -> tuple[list[str], str]:
+def _diff_lines(diff: str, max_lines: int | slice | None, more: str) -> tuple[list[str], str]:
     lines = [line for line in diff.splitlines() if not line.startswith(("--- ", "+++ "))]
     shown, note = cut(lines, max_lines)
     return shown, f"{note}{': ' + more if note and more else ''}"
@@ -108,9 +111,10 @@ def code_block(code: str, heading: str | None = None, marked: tuple[int, ...] = 
 
 
 def hunk_blocks(step: int, hunks: list[dict], only: list[int] | None = None,
-                max_lines: int | dict[int, int] | None = MAX_LINES, joined: bool = False) -> Listing:
+                max_lines: int | dict[int, int | slice] | None = MAX_LINES, joined: bool = False) -> Listing:
     """The hunks numbered `only` (all by default), each under 'step N, hunk k of m: why', cut past `max_lines` (or
-    past max_lines[k] for hunk k, all of a hunk it leaves out); `joined`: in one box."""
+    past max_lines[k] for hunk k, all of a hunk it leaves out; a slice: those of its lines, the part a lesson is
+    about); `joined`: in one box (no slices)."""
     shown = [(f"step {step}, hunk {h['number']} of {h['of']}: {h['why']}", h["diff"],
               max_lines.get(h["number"]) if isinstance(max_lines, dict) else max_lines)
              for h in hunks if not only or h["number"] in only]

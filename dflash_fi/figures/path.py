@@ -142,6 +142,38 @@ def course_map() -> Course:
     return Course(table, hunks, live, after)
 
 
+class Gating(NamedTuple):
+    stock: object  # the draft batch's `lab.routes` route at step 0
+    before: object  # at step 3
+    after: object  # at step 4
+    warnings: tuple  # what step 4 logs
+    targets_as_stock: bool  # step 4 routes every target batch as stock does, metadata.causal aside
+
+
+def trtllm_gating() -> Gating:
+    """Steps 0, 3 and 4 in the CPU lab's Blackwell with TRTLLM (notebook 04): the draft batch's route, step 4's
+    warnings, and whether step 4's target routes equal stock's (but for `metadata_causal`: True where stock has no
+    field)."""
+    from dataclasses import replace
+
+    from dflash_fi.lab.routing import routing_report
+
+    reports = {s: routing_report(s, trtllm=True) for s in (0, 3, 4)}
+    targets = {s: [replace(r, metadata_causal=None) for r in reports[s].routes if r.role == "target"] for s in (0, 4)}
+    return Gating(*(reports[s].routes[0] for s in (0, 3, 4)), reports[4].step_warnings, targets[0] == targets[4])
+
+
+def gating_verdict(g: Gating) -> str:
+    from dflash_fi.lab.routes import path_label
+
+    logs = "once" if len(g.warnings) == 1 else f"{len(g.warnings)} times"
+    return (f"stock would run the draft on {path_label(g.stock.decode)}, step 3 on {path_label(g.before.prefill)} "
+            f"(both causal); step 4 keeps it on {path_label(g.after.prefill)}, planned causal={g.after.plan_causal}, "
+            f"and logs {logs}: '{'; '.join(w.message for w in g.warnings)}'. "
+            + ("The target rows are the same in every column (random batches: the appendix's property test)."
+               if g.targets_as_stock else "The target rows differ: a bug."))
+
+
 def write_path_figure(out_dir: Path | None = None) -> Path:
     """docs/figures/draft-layer-path.svg (`dflash-fi figures`), every step marked: stable ids, so the same file."""
     from dflash_fi.figures.benchmarks import FIGURES_DIR

@@ -86,9 +86,6 @@ _MEASURES = (
          "with its why."),
     Term("XQA", (r"\bXQA\b",), "FlashInfer's decode kernel from TensorRT-LLM: it reads vLLM's block table itself, "
          "with no `plan()`."),
-    Term("#48167 (a bare number)", (r"(?<!PR )#\d{4,}",), "a vLLM pull request (PR) by its number on GitHub, "
-         "vllm-project/vllm: PR #43081 is the change this tutorial rebuilds (steps 1-4); #48167 is upstream's later "
-         "fix of FlashInfer's CUDA-graph claim (step 5)."),
 )
 
 
@@ -149,11 +146,36 @@ def _graph_terms() -> tuple[Term, Term]:
     )
 
 
+def _pr_term() -> Term:
+    """The pull requests the course cites by number, from `dflash_fi.upstream.CLAIMS`: the one steps 1-4 rebuild,
+    then upstream's, each with the steps whose claims cite it."""
+    import re
+
+    from dflash_fi.steps import PR_43081_STEPS
+    from dflash_fi.upstream import CLAIMS
+
+    steps: dict[str, set[int]] = {}
+    named = {}  # as the claims name it: "#57352 (open)"
+    for c in CLAIMS:
+        for pr in c.prs:
+            number = re.match(r"#\d+", pr)[0]
+            steps.setdefault(number, set()).add(c.step)
+            named[number] = max(named.get(number, ""), pr, key=len)
+    rebuilt = sorted(n for n, s in steps.items() if s <= set(PR_43081_STEPS))
+    later = sorted(set(steps) - set(rebuilt))
+    return Term(f"vLLM PR numbers ({', '.join(rebuilt + later)})", (r"(?<!PR )#\d{4,}",),
+                "a pull request (PR) to vLLM (github.com/vllm-project/vllm) by its number: PR "
+                f"{' and '.join(rebuilt)} is the change this tutorial rebuilds (steps {PR_43081_STEPS[0]}-"
+                f"{PR_43081_STEPS[-1]}); upstream's later ones, with the steps they bear on: "
+                + "; ".join(f"{named[n]}: step{'s' * (len(steps[n]) > 1)} {', '.join(map(str, sorted(steps[n])))}"
+                            for n in later) + ".")
+
+
 def glossary() -> list[Term]:
     """Every term, in the order the glossary shows them (imports vLLM's enums)."""
     gpus = ", ".join(f"SM {sm(c)} {name}" for c, name in GPU_NAMES.items())
     written = [Term(t.term, t.patterns, t.definition.format(gpus=gpus)) for t in _WRITTEN]
-    return [*written, *_backend_terms(), *_graph_terms(), *_MEASURES]
+    return [*written, *_backend_terms(), *_graph_terms(), *_MEASURES, _pr_term()]
 
 
 def glossary_table(terms: list[Term] | None = None) -> str:

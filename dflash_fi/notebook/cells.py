@@ -78,7 +78,7 @@ def changed_rows(columns: list[str], rows: list[list], first: int = 1) -> str:
 
 
 # Code, diffs, engine calls: HTML with inline styles (nbconvert and GitHub keep them) and text/plain for nbval.
-def show_hunks(step: int, only: list[int] | None = None, max_lines: int | dict[int, int] = 30, context: int = 3,
+def show_hunks(step: int, only: list[int] | None = None, max_lines: int | dict[int, int | slice] = 30, context: int = 3,
                joined: bool = False) -> None:
     """Step `step`'s hunks numbered `only` (1-based, as shown; default all), each under its `why`, with `context`
     unchanged lines around each change; one over `max_lines` lines (or {hunk: lines}) is cut, and says so. `joined`:

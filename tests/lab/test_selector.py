@@ -79,3 +79,14 @@ def test_step_one_changes_the_drafts_pick_only_where_the_priority_lists_say():
     # a rule that could fail: step 1 against itself changes nothing, and step 0 against itself refuses everywhere
     same = pick_changes(rows, priority_lists(gpus), reason="non-causal attention not supported", before=1)
     assert same.changed == () and not same.as_the_lists_say and same.refused_before == 0
+
+
+@pytest.mark.step0
+@pytest.mark.step1
+def test_the_refusal_verdict_says_no_backend_only_where_every_backend_refuses():
+    from dflash_fi.figures.attention import refusal_verdict
+
+    stock, step1 = (refusal_verdict(backend_verdicts(s, RTX_4090, "fp8", "draft")) for s in (0, 1))
+    assert stock.startswith("all ") and "The draft has no backend" in stock
+    assert "FLASHINFER's only reason: 'non-causal attention not supported'" in stock
+    assert "Accepted: FLASHINFER" in step1 and "no backend" not in step1
