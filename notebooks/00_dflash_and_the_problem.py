@@ -91,12 +91,13 @@ from dflash_fi.notebook import LIVE_NEW_TOKENS, LIVE_PROMPTS
 from dflash_fi.reference.evaluate import evaluate_pair
 
 # On a GPU: the prompt set notebooks 1-4's live engines decode, so their reference tau is this one. On the CPU: fewer.
+HARDWARE = {"cpu": "CPU", "cuda": "GPU"}
 prompts, new_tokens, device = (LIVE_PROMPTS, LIVE_NEW_TOKENS, "cuda") if session.on_gpu else (6, 64, "cpu")
 reference = evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=prompts), new_tokens, device=device)
 prompt_set = f"{reference['n_prompts']} held-out prompts x {reference['n_new_tokens']} tokens"
 later = summary.read().walkthrough().reference  # the evidence pass's reference: what notebooks 1-4 cite
 with wrapped_lines():
-    print(f"{prompt_set}, fp32 on the {device.upper()}: tau non-causal {reference['tau_noncausal']:.3f}, causal "
+    print(f"{prompt_set}, fp32 on the {HARDWARE[device]}: tau non-causal {reference['tau_noncausal']:.3f}, causal "
           f"{reference['tau_causal']:.3f}; speculative output == greedy output on {reference['lossless_fraction']:.0%} "
           "of prompts")
     print(f"the walkthrough's set, which notebooks 1-4 cite from the evidence: {later['n_prompts']} prompts x "
@@ -149,7 +150,7 @@ if session.gpu_cell():  # the reference decoder is plain PyTorch: CPU and GPU ag
     small = {where: evaluate_pair(DEFAULT_TARGET, DEFAULT_DRAFTER, load_prompts(n=6), 64, device=where)
              for where in ("cpu", "cuda")}
     gap = abs(small["cuda"]["tau_noncausal"] - small["cpu"]["tau_noncausal"]) / small["cpu"]["tau_noncausal"]
-    print("6 prompts x 64 tokens: tau non-causal " + ", ".join(f"{r['tau_noncausal']:.3f} on the {where.upper()}"
+    print("6 prompts x 64 tokens: tau non-causal " + ", ".join(f"{r['tau_noncausal']:.3f} on the {HARDWARE[where]}"
                                                               for where, r in small.items()))
     check("the reference decoder on the GPU gives the CPU's tau within 5%", gap <= 0.05, f"{gap:.2%} apart")
 

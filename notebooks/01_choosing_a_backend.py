@@ -49,28 +49,15 @@ verdict("only step 1 touches the selector (this notebook); the PR's other steps 
 # %% [markdown]
 # ## What vLLM checks, in its own code
 #
-# `get_attn_backend_cls` checks a backend asked for alone; with none, it walks the GPU's list and raises if none is
-# valid (the RTX 4090's "no backend"). The draft asks with its own `speculative_config["attention_backend"]`
-# (None: the selector picks) and `use_non_causal=True`, which the last listing checks:
+# `get_attn_backend_cls` checks a backend asked for alone (a refusal raises); with none, `get_valid_backends` walks the
+# GPU's list, and no valid one raises (the RTX 4090's "no backend"). The draft asks with its own
+# `speculative_config["attention_backend"]` (None: the selector picks) and `use_non_causal=True`, checked last:
 
 # %%
-from vllm.v1.attention.backend import AttentionBackend
-from vllm.v1.spec_decode.dflash import DFlashProposer
-from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-from dflash_fi.lab.pretend_gpu import cuda_platform_class
+from dflash_fi.figures.path import selector_listings
 
-show_source(cuda_platform_class().get_attn_backend_cls,
-            [(r"if selected_backend is not None:", r":"), (r"invalid_reasons = backend_class\.validate_", r"\("),
-             (r"= cls\.get_valid_backends\(", r"\("), (r"if len\(valid_backends_priorities\) == 0", r"No valid"),
-             (r"# We have found some valid backends", r"# highest priority")],
-            mark=(r"get_valid_backends\(", r"raise ValueError\("))
-show_source(SpecDecodeBaseProposer._create_draft_vllm_config,
-            [(r"Never inherit the attention backend", r"Never"), (r"\bbackend=spec_cfg\.attention_", r"backend=")],
-            mark=(r"\bbackend=spec_cfg\.attention_backend",))
-show_source(DFlashProposer._create_draft_vllm_config, [(r"base = super", r"base = super"),
-                                                       (r"use_non_causal", r"use_non_causal")])
-show_source(AttentionBackend.validate_configuration,
-            [(r"if use_non_causal and", r"non-causal attention not supported")])
+for function, blocks, mark in selector_listings():  # vLLM 0.22.1's own lines, the ones the lesson turns on
+    show_source(function, blocks, mark=mark)
 
 # %% [markdown]
 # ## The priority lists, and the draft's selection before and after step 1
@@ -109,10 +96,12 @@ with wrapped_lines():
 # %% [markdown]
 # ## Step 1: one method, and the guard behind it
 #
-# Step 1 is one classmethod, `FlashInferBackend.supports_non_causal()` (the exercise's answer: the Appendix, open
-# it). Nothing below the selector knows causality yet: DFlash's guard refuses the draft's metadata:
+# Step 1 is one classmethod, `FlashInferBackend.supports_non_causal()` (the exercise's answer: in the Appendix, at the
+# end). Nothing below the selector knows causality yet: DFlash's guard refuses the draft's metadata:
 
 # %%
+from vllm.v1.spec_decode.dflash import DFlashProposer
+
 show_source(DFlashProposer.build_per_group_and_layer_attn_metadata,
             [(r"for layer_name, attn_metadata in per_layer", r"return per_group")], mark=(r"assert getattr",))
 
@@ -195,4 +184,4 @@ show_step_diff(1)
 #
 # Edit the hunk's `"new"` text in that file. Untouched, the check says `step 1 still fails 2 of 3 checks: selector
 # accepts the draft; RTX 4090 fp8 draft`; right, `step 1 passes: all 3 checks of step 1 hold with your hunks` (exit
-# 0). The answer: step 1's hunk, in the Appendix (open it).
+# 0). The answer: step 1's hunk, in the Appendix at the end.

@@ -45,8 +45,8 @@ show_source(use_trtllm_attention, [(r"num_qo_heads: int,", r"-> bool:")])
 
 # %% [markdown]
 # So the check goes in `build()`: a non-causal batch never asks for TRTLLM prefill (hunk 1). Step 2 made it all
-# prefill, so the decode decision matters only through `all_uses_trtllm`, which sends the whole batch down
-# TRTLLM's path; hunk 2 makes both False for it, and logs that once.
+# prefill, so with hunk 1 `all_uses_trtllm` is already False, and vLLM reads `decode_use_trtllm` only for decodes:
+# hunk 2 changes no route DFlash takes. It keeps both False for any non-causal batch, defensively, and logs once.
 #
 # **Try it yourself first** (CPU lab, no GPU): `dflash-fi exercise 4` in a terminal writes `exercises/step4.py` (edit
 # each hunk's `"new"`), `dflash-fi exercise 4 --check` checks it: untouched, `step 4 still fails 2 of 14 checks: no
@@ -61,9 +61,9 @@ show_hunks(4, max_lines=None)
 # %% [markdown]
 # ## Forced TRTLLM, before and after
 #
-# An H100 or H200 has no TRTLLM, so neither hunk runs there; the CPU lab's `pretend_gpu((10, 0), trtllm=True)` does:
-# vLLM's `CudaPlatform` reports SM 10.0 with TRTLLM. What each step's builder does with the batches (stock's draft,
-# which the selector refuses, built by the lab anyway):
+# An H100 or H200 has no TRTLLM, so neither hunk changes anything there; in the CPU lab's
+# `pretend_gpu((10, 0), trtllm=True)` vLLM's `CudaPlatform` reports SM 10.0 with TRTLLM. What each step's builder does
+# with the batches (stock's draft, which the selector refuses, built by the lab anyway):
 
 # %%
 from dflash_fi.figures.path import gating_verdict, trtllm_gating

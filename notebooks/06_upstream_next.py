@@ -164,7 +164,7 @@ passed = bool(ran) and all(c.passed for c in ran)
 check(f"the walkthrough's {len(ran)} checks of these engines pass (texts by the near-tie rule)", passed,
       session.judged() if passed else failing(ran))
 mode, mode_fi_target = (by_step(claims, HOPPER, f) for f in ("resolved_mode", "resolved_mode_flashinfer_target"))
-check("step 6 keeps SM 9.0's FULL_AND_PIECEWISE (steps 4, 5: PIECEWISE), with either target, changing one wrapper",
+check("step 6 gets SM 9.0's FULL_AND_PIECEWISE back (steps 4, 5: PIECEWISE), with either target, changing one wrapper",
       mode[4] == mode[5] == "PIECEWISE" and mode[6] == mode_fi_target[6] == "FULL_AND_PIECEWISE" and len(moved) == 1)
 
 # %% [markdown]

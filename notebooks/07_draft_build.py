@@ -102,8 +102,8 @@ verdict(reuse_verdict(over))
 #
 # A kept plan still runs fa2's kernel after a page-table launch. FlashInfer's **XQA** kernel reads vLLM's block table
 # and exact `seq_lens` on the GPU: no plan, no page table. Where it is the faster (the benchmark below), step 9 sends a
-# draft step there by a **route rule**, on SM 9.0 with a bf16/fp16 cache only (XQA's Hopper FP8 kernel masks short
-# blocks causally, and a DFlash block is not causal):
+# draft step there by a **route rule**, on SM 9.0 with a bf16/fp16 cache only (the pinned FlashInfer's Hopper FP8 XQA
+# kernel masks short blocks causally, and a DFlash block is not; vLLM 0.33.0 pins a later FlashInfer, not read here):
 
 # %%
 from dflash_fi.steps import backend_module

@@ -86,6 +86,8 @@ if costs:
     cost_figure(costs)
     pyplot().show()  # the picture, then what it says
     verdict(figure_verdict(costs))
+else:
+    print("not recorded yet: the GPU pass measures it")
 
 # %% [markdown]
 # ## The targets, shape by shape
@@ -104,6 +106,8 @@ from dflash_fi.figures.costs import cost_table
 if costs:
     show(cost_table(costs))
     verdict(targets_verdict(costs))
+else:
+    print("not recorded yet: the GPU pass measures it")
 
 # %% [markdown]
 # ## What the PR makes possible: the RTX 4090 path
@@ -120,6 +124,8 @@ from dflash_fi.figures.gains import gain_table, gain_verdict
 if costs and costs.gains:
     show(gain_table(costs))
     verdict(gain_verdict(costs, path_modes(engines or [], FINAL_STEP)))  # the modes: what vLLM resolved
+else:
+    print("not recorded yet: the GPU pass measures it")
 
 # %% [markdown]
 # ### Check

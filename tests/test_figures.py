@@ -447,7 +447,8 @@ def test_notebook_08_says_whether_each_pairs_engines_differ_in_the_drafts_backen
                              flash_attn_version=path_fa if role in path else 3)
                 for run, role in planned_engines(final_step())]
     good = engines_verdict(records(), final_step())
-    assert good.endswith(": what each comparison needs (each pair's engines differ in the draft alone)")
+    assert good.endswith(". Each pair's three engines differ in the draft alone; the RTX 4090 path's run as its users "
+                         "would, whatever vLLM resolves there.")
     assert "CUDA graphs FULL_AND_PIECEWISE without speculation, FULL_AND_PIECEWISE with step 4's draft" in good
     assert good.startswith("embedded pair: CUDA graphs") and "the RTX 4090 path: FlashAttention 2 in all three" in good
     assert "NOT what the comparisons need" in engines_verdict(records(twin=flashinfer), final_step())
@@ -527,5 +528,5 @@ def test_the_rtx4090_gain_says_when_the_engines_graphs_differ_and_the_bottom_lin
         costs, {**same, "pr": "PIECEWISE"})
     # the Qwen3-4B shape at batch 32 costs +0.023 ms of attention and +0.001 of build: 1.0% of a 2.3-ms step
     line = bottom_line(costs)
-    assert "at most 1.0% of the FLASH_ATTN draft's 2.30-ms decoding step (Qwen3-4B shape, batch 32)" in line
+    assert "That is 1.0% of the FLASH_ATTN draft's 2.30-ms decoding step (Qwen3-4B shape, batch 32; 1.2% at the" in line
     assert "the FLASH_ATTN draft stays the better backend for the draft where they differ" in line

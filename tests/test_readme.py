@@ -37,8 +37,8 @@ def test_the_notebook_list_reads_the_summary_and_names_a_notebook_changed_after_
     monkeypatch.setattr(readme, "_summary", lambda: S.read(tmp_path / "evidence"))
     first, second, third = readme.notebook_list().splitlines()
     assert first == f"- [`{names[0]}`](notebooks/{names[0]}.ipynb): {names[0]}"
-    assert "**not re-executed**: its outputs come from the run on the NVIDIA H200 at abc1234; changed since: " \
-           "notebook;" in second and f"`dflash-fi notebooks --only {names[1][:2]}` on a GPU" in second
+    assert "**not re-executed**: the evidence pass last ran it on the NVIDIA H200, other code than this; changed " \
+           "since: notebook;" in second and f"`dflash-fi notebooks --only {names[1][:2]}` on a GPU" in second
     assert "**not executed** by the evidence pass" in third
     (tmp_path / "notebooks" / f"{names[2]}.ipynb").unlink()
     with pytest.raises(BadInput, match=f"{names[2]}.ipynb is missing .*jupytext --sync"):

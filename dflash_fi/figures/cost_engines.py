@@ -106,8 +106,10 @@ def engines_verdict(records: list, final_step: int) -> str:
                      f", {'both drafts on FlashInfer' if flashinfer else 'NOT both drafts on FlashInfer'}, CUDA graphs "
                      f"{modes['none']} without speculation, {modes['pr']} with step 4's draft, {modes['path']} with the "
                      "final draft")
-    return "; ".join(parts) + (": what each comparison needs (each pair's engines differ in the draft alone)" if alike
-                               else ": NOT what the comparisons need (they compare more than the draft)")
+    if not alike:
+        return "; ".join(parts) + ": NOT what the comparisons need (they compare more than the draft)"
+    return "; ".join(parts) + (". Each pair's three engines differ in the draft alone" + (
+        "; the RTX 4090 path's run as its users would, whatever vLLM resolves there" if path else "") + ".")
 
 
 def path_modes(records: list, final_step: int) -> dict[str, str]:

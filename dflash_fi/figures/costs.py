@@ -126,7 +126,8 @@ def read_costs(summary=None) -> Costs:
     summary = summary or read()
     entry, section = summary.entry(Section.BENCH_E2E), Section.BENCH_E2E
     if "draft_cost" not in entry.data:
-        raise NoRecord(f"the evidence has no engine benchmark of the draft's cost yet: `{section.command}` on a GPU")
+        raise NoRecord(f"the evidence's engine benchmark (an older pass's) has no draft cost yet: `{section.command}` "
+                       "on a GPU")
     for old in stale(summary, [section]):
         raise NoRecord(f"the engine benchmark ran other code ({', '.join(old.changed)}): `{section.command}` on a GPU")
     p, data = entry.provenance, entry.data
@@ -147,7 +148,7 @@ def cost_table(costs: Costs) -> str:
              f"kernel: the route's{within}? |", "|---|---|---|---|---|"]
     for s in costs.shapes:
         fastest = "the route's" if s.fastest in (None, s.route) else timed(s.kernel(s.fastest))
-        lines.append(f"| {s.name} | {interval_text(s.build)}: **{s.build_outcome.value}** | {interval_text(s.attention)} | "
+        lines.append(f"| {s.name}{f' (a step: {s.step_ms:.2f} ms)' if s.step_ms else ''} | {interval_text(s.build)}: **{s.build_outcome.value}** | {interval_text(s.attention)} | "
                      f"{timed(s.kernel(s.route))} / {timed(s.kernel(FLASH_ATTN_KERNEL))} | {fastest}: "
                      f"**{s.kernel_outcome.value}** |")
     return "\n".join(lines)

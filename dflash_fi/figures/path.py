@@ -183,3 +183,33 @@ def write_path_figure(out_dir: Path | None = None) -> Path:
     with pyplot().rc_context({"svg.hashsalt": "dflash-fi"}):
         draft_layer_path().savefig(path, format="svg", metadata={"Date": None})
     return path
+
+
+def selector_listings() -> list[tuple]:
+    """Notebook 01's listings of vLLM's selector, (function, blocks, mark) for `show_source`: `get_attn_backend_cls`
+    (a backend asked for alone, else the walk and the raise when none is valid), the walk itself
+    (`get_valid_backends`), where the draft's backend comes from, and the non-causal refusal."""
+    from vllm.v1.attention.backend import AttentionBackend
+    from vllm.v1.spec_decode.dflash import DFlashProposer
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+
+    from dflash_fi.lab.pretend_gpu import cuda_platform_class
+
+    cuda = cuda_platform_class()
+    return [
+        (cuda.get_attn_backend_cls,
+         [(r"if selected_backend is not None:", r":"), (r"invalid_reasons = backend_class\.validate_", r"\("),
+          (r"if invalid_reasons:", r"is not valid for"), (r"= cls\.get_valid_backends\(", r"\("),
+          (r"if len\(valid_backends_priorities\) == 0", r"No valid"), (r"selected_index = sorted_", r"selected_")],
+         (r"get_valid_backends\(", r"raise ValueError\(")),
+        (cuda.get_valid_backends,
+         [(r"for priority, backend in enumerate", r"for priority"),
+          (r"invalid_reasons_i = backend_class\.validate_configuration", r"\("),
+          (r"if invalid_reasons_i:", r"valid_backends_priorities\.append")], (r"validate_configuration\(",)),
+        (SpecDecodeBaseProposer._create_draft_vllm_config, [(r"\bbackend=spec_cfg\.attention_", r"backend=")],
+         (r"\bbackend=spec_cfg\.attention_backend",)),
+        (DFlashProposer._create_draft_vllm_config, [(r"base = super", r"base = super"),
+                                                    (r"use_non_causal", r"use_non_causal")], ()),
+        (AttentionBackend.validate_configuration, [(r"if use_non_causal and", r"non-causal attention not supported")],
+         ()),
+    ]

@@ -159,8 +159,10 @@ def engines_verdict(records: dict, seen: dict, runs: list, eager) -> str:
     from `records`; `seen` (RunId -> EngineRecord) adds notebook 04's eager step 4 (`eager`) on the same prompts."""
     plain, step4, step6 = runs
     at4, at6 = records[step4], records[step6]
-    return (f"step 4's FlashInfer engine resolves {at4.cudagraph_mode}, step 6's {at6.cudagraph_mode}: every verify "
-            "batch in a FULL graph, through a graph prefill wrapper."
+    full = at6.cudagraph_mode == "FULL_AND_PIECEWISE" != at4.cudagraph_mode
+    return (f"step 4's FlashInfer engine resolves {at4.cudagraph_mode}, step 6's {at6.cudagraph_mode}"
+            + (": step 6's verify batches may sit in FULL graphs, through the graph prefill wrapper the lab above "
+               "routes them to." if full else ": NOT the FULL graphs step 6 is for.")
             + tau_verdict(at4, at6, seen.get(eager), seen.get(step4), identical_outputs(seen, step4, plain)))
 
 

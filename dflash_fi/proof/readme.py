@@ -55,10 +55,9 @@ def notebook_list() -> str:
         if run is None:
             note = f" (**not executed** by the evidence pass: {again})"
         elif stale := stale_notebook(summary, path.stem, STEPS_OF_NOTEBOOK.get(path.stem, ()), path.parents[1]):
-            made = summary.entry(S.Section.NOTEBOOKS).provenance
             what = ", ".join(stale.changed) if stale.recorded else "what it ran was not recorded"
-            note = (f" (**not re-executed**: its outputs come from the run on the {run.executed_on} at "
-                    f"{(made.commit or '')[:7]}; changed since: {what}; {again})")
+            note = (f" (**not re-executed**: the evidence pass last ran it on the {run.executed_on}, other code "
+                    f"than this; changed since: {what}; {again})")
         elif run.status is S.NotebookStatus.FAILED:
             note = f" (**failed** on the {run.executed_on}: {run.error})"
         lines.append(f"- [`{path.stem}`](notebooks/{path.stem}.ipynb): {title}{note}")

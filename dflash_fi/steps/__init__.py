@@ -7,7 +7,7 @@
     step 4  + TRTLLM gating                             (correct on Blackwell too; PR #43081 ends here)
     step 5  + what upstream fixed next, faster kernel   (#48167's CUDA-graph claim; fa2 for DFlash blocks)
     step 6  + CUDA-graph prefill wrappers, causal only  (the engine keeps its full decode graphs)
-    step 7  + no host overhead                          (plans from host bounds; no build nobody reads)
+    step 7  + plans from host bounds                    (no wait on the GPU; no build nobody reads)
     step 8  + plan once                                 (a draft plan reused while its shape holds)
     step 9  + the draft on XQA where it is faster       (SM 9.0, by shape: no plan(), no page table for DFlash blocks)
 
@@ -68,7 +68,7 @@ def step_module(step: int | str) -> ModuleType:
 STEP_NAMES = {0: "stock", 1: "the capability flag", 2: "the `causal` metadata field",
               3: "a separate non-causal prefill wrapper", 4: "keep non-causal batches off TRTLLM",
               5: "what upstream fixed next", 6: "CUDA-graph prefill wrappers for causal uniform batches",
-              7: "no host overhead", 8: "plan once", 9: "the DFlash draft on FlashInfer's XQA kernel"}
+              7: "plans from host bounds", 8: "plan once", 9: "the DFlash draft on FlashInfer's XQA kernel"}
 
 
 def step_name(step: int | str) -> str:

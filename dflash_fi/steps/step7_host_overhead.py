@@ -1,4 +1,4 @@
-"""Step 7 - no host overhead: the FlashInfer draft plans from host-side bounds and builds nothing nobody reads.
+"""Step 7 - plans from host bounds: the FlashInfer draft waits for no GPU work and builds nothing nobody reads.
 
 With step 6 the engine keeps its full CUDA graphs, but each decoding step still pays for FlashInfer metadata
 on the host where the FLASH_ATTN draft pays almost nothing (`dflash-fi bench e2e`):
