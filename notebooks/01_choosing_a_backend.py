@@ -96,8 +96,8 @@ with wrapped_lines():
 # %% [markdown]
 # ## Step 1: one method, and the guard behind it
 #
-# Step 1 is one classmethod, `FlashInferBackend.supports_non_causal()` (the exercise's answer: in the Appendix, at the
-# end). Nothing below the selector knows causality yet: DFlash's guard refuses the draft's metadata:
+# Step 1 is one classmethod on `FlashInferBackend` (the exercise at the end asks for it; its answer is the Appendix).
+# Nothing below the selector knows causality yet: DFlash's guard refuses the draft's metadata:
 
 # %%
 from vllm.v1.spec_decode.dflash import DFlashProposer
@@ -184,4 +184,4 @@ show_step_diff(1)
 #
 # Edit the hunk's `"new"` text in that file. Untouched, the check says `step 1 still fails 2 of 3 checks: selector
 # accepts the draft; RTX 4090 fp8 draft`; right, `step 1 passes: all 3 checks of step 1 hold with your hunks` (exit
-# 0). The answer: step 1's hunk, in the Appendix at the end.
+# 0). The answer: step 1's hunk, in the Appendix.

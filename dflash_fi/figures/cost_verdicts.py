@@ -26,11 +26,21 @@ def figure_verdict(costs: Costs) -> str:
     noise = max((aa.high - aa.low for s in costs.shapes for aa in (s.build_aa, s.attention_aa) if aa), default=0.0)
     real = [s.name for s in costs.shapes if _side(s)]
     bounds = sorted({f"{s.aa_bound_ms:.3f}" for s in costs.shapes if s.aa_bound_ms is not None})
+    bound = " to ".join(bounds[::max(len(bounds) - 1, 1)]) or "?"
+    n, within = len(costs.shapes), sum(s.aa_within for s in costs.shapes)
     return (f"the grey bars are noise: two FLASH_ATTN drafts that differ in nothing give intervals up to {noise:.3f} ms "
-            f"wide, within their bound (±{' to '.join(bounds[::max(len(bounds) - 1, 1)]) or '?'} ms) at "
-            f"{sum(s.aa_within for s in costs.shapes)} of {len(costs.shapes)} shapes. A marker is a real difference only "
-            f"where its whole interval lies beyond that bound: at {len(real)} of {len(costs.shapes)} shapes"
+            f"wide, within their bound (±{bound} ms{_bound_rule(costs)}) at {within} of {n} shapes. A marker is a "
+            f"real difference only where its whole interval lies beyond that bound: at {len(real)} of {n} shapes"
             f"{_which(costs, real)}; elsewhere the two drafts are level.")
+
+
+def _bound_rule(costs: Costs) -> str:
+    """How the benchmark sets the A/A bound, from its method: ', 2% of the FLASH_ATTN draft's cost or 0.005 ms, the
+    larger'."""
+    m = costs.method
+    if "aa_share" not in m or "aa_ms" not in m:
+        return ""
+    return f": {m['aa_share']:.0%} of the FLASH_ATTN draft's cost or {m['aa_ms']} ms, the larger"
 
 
 def _which(costs: Costs, names: list[str]) -> str:
