@@ -57,7 +57,18 @@ def code_hash(source: str) -> str:
                 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
                 and isinstance(body[0].value.value, str)):
             node.body = body[1:] or [ast.Pass()]
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+    return hashlib.sha256(_canonical(tree).encode()).hexdigest()
+
+
+def _canonical(node) -> str:
+    """The tree as text, one form on every Python: fields left empty (None, []) are left out, because `ast.dump`
+    differs between versions exactly there (3.12 adds `type_params=[]` to every def)."""
+    if isinstance(node, ast.AST):
+        fields = ((name, _canonical(getattr(node, name, None))) for name in node._fields)
+        return f"{type(node).__name__}({', '.join(f'{k}={v}' for k, v in fields if v not in ('None', '[]'))})"
+    if isinstance(node, list):
+        return f"[{', '.join(map(_canonical, node))}]"
+    return repr(node)
 
 
 def _files_hash(patterns: tuple[str, ...], root: Path) -> str:

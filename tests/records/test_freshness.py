@@ -3,6 +3,7 @@
 Each case edits a copy of the package and compares what every section (and every notebook) would record now.
 """
 
+import ast
 import json
 import re
 import shutil
@@ -115,3 +116,15 @@ def test_steps_are_hashed_as_built_a_helper_docstring_stales_none_a_hunk_stales_
                      .replace("FIRST", repr(FIRST_LINE)))
     after = step_hashes(copy)
     assert sorted(k for k in before if before[k] != after[k]) == [f"step{s}" for s in range(7, len(before))]
+
+
+def test_code_hash_is_one_on_every_python_fields_a_newer_ast_adds_empty_change_nothing():
+    # The GPU machine's Python (3.12) gives every def `type_params=[]`, which this one's (3.11) has not: same hash.
+    source = "def f(x):\n    '''doc'''\n    return x + 1  # why\n"
+    tree = ast.parse(source)
+    newer = ast.parse(source)
+    newer.body[0]._fields = (*newer.body[0]._fields, "type_params")
+    newer.body[0].type_params = []
+    assert freshness._canonical(newer) == freshness._canonical(tree)
+    assert freshness.code_hash(source) != freshness.code_hash(source.replace("x + 1", "x + 2"))
+    assert freshness.code_hash(source) == "f1be77de3dff2665f3c43262031a3d6aa1e8299d6fcd4deaa98844e32b233608"  # pinned: a change of form shows here
