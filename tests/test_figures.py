@@ -405,6 +405,20 @@ def test_the_recorded_route_is_checked_against_the_final_steps_rule(tmp_path):
     wrong = read_costs(fresh_summary(tmp_path, data))
     assert not route_agrees(wrong, wrong.shapes[0]) and route_agrees(wrong, wrong.shapes[1])
     assert routes_checked(costs) == (True, "") and routes_checked(wrong) == (False, wrong.shapes[0].name)
+    # Each build judged at the requests it drafted for: a batch drains as its requests finish, so a turn at a batch the
+    # rule sends to XQA also drafts for fewer requests, which the rule sends to fa2.
+    row = next(r for r in data["draft_cost"]
+               if final_draft_route((9, 0), "auto", r["num_qo_heads"], r["num_kv_heads"], r["batch"]) is Prefill.XQA)
+    row["final"]["kernel"] = "dflash-fi-final"  # most builds: fa2
+    row["final"]["routes"] = [{"kernel": "flashinfer-xqa", "num_reqs": row["batch"], "builds": 11},
+                              {"kernel": "dflash-fi-final", "num_reqs": 1, "builds": 65}]
+    def judged() -> bool:
+        read = read_costs(fresh_summary(tmp_path, data))
+        return route_agrees(read, next(s for s in read.shapes if (s.batch, s.heads) == (
+            row["batch"], (row["num_qo_heads"], row["num_kv_heads"]))))
+    assert judged()
+    row["final"]["routes"][1]["num_reqs"] = row["batch"]  # fa2 at the full batch: against the rule
+    assert not judged()
     del data["draft_cost"][0]["num_qo_heads"]  # a shape whose drafter's heads were not recorded: nothing to judge
     assert routes_checked(None) is None and routes_checked(read_costs(fresh_summary(tmp_path, data))) is None
 

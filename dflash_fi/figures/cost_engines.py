@@ -120,17 +120,26 @@ def path_modes(records: list, final_step: int) -> dict[str, str]:
 
 
 def route_agrees(costs, shape, capability: tuple | None = None) -> bool | None:
-    """Whether the route recorded at `shape` is the one step 9's rule (`dflash_fi.lab.draft_route`) gives there, on
-    the benchmark's GPU or at `capability`; None where the drafter's heads were not recorded."""
+    """Whether the routes recorded at `shape` are the ones step 9's rule (`dflash_fi.lab.draft_route`) gives, on the
+    benchmark's GPU or at `capability`: each build's at its own request count where recorded, else the turn's main
+    route at the batch; None where the drafter's heads were not recorded."""
     from dflash_fi.lab.draft_route import final_draft_route
     from dflash_fi.lab.routes import Prefill
 
     if shape.heads is None:
         return None
-    capability = capability or tuple(map(int, costs.compute_capability.split(".")))
-    rule = final_draft_route(tuple(capability), "auto", *shape.heads, shape.batch)
-    # the kept-plan fa2 path is the final step's FlashInfer wrapper: the benchmarks name it either way
-    return shape.route in ({"flashinfer-xqa"} if rule is Prefill.XQA else {"dflash-fi-final", "flashinfer-fa2"})
+    capability = tuple(capability or map(int, costs.compute_capability.split(".")))
+
+    def follows(kernel, num_reqs: int) -> bool:
+        rule = final_draft_route(capability, "auto", *shape.heads, num_reqs)
+        # the kept-plan fa2 path is the final step's FlashInfer wrapper: the benchmarks name it either way
+        return kernel in ({"flashinfer-xqa"} if rule is Prefill.XQA else {"dflash-fi-final", "flashinfer-fa2"})
+
+    # each build at the requests it drafted for (the batch drains as requests finish); else the turn's main route
+    by_requests = [b for b in shape.builds if b.get("num_reqs") is not None]
+    if by_requests:
+        return all(follows(b["kernel"], b["num_reqs"]) for b in by_requests)
+    return follows(shape.route, shape.batch)
 
 
 def routes_checked(costs) -> tuple[bool, str] | None:

@@ -61,6 +61,7 @@ class ShapeCost:
     fastest: str | None = None  # the fastest FlashInfer kernel the kernel benchmark timed at this shape
     build_bound_ms: float | None = None  # the build's A/A bound, where recorded apart from the attention's
     step_ms: float | None = None  # the FLASH_ATTN draft's median decoding step
+    builds: tuple = ()  # the final draft's builds: {"kernel", "num_reqs", "builds"}, where recorded
 
     @property
     def build_bound(self) -> float | None:
@@ -82,7 +83,7 @@ class ShapeCost:
                    Outcome[d["build_outcome"]], tuple(KernelTime(k["kernel"], k["ms"], k["share_of_copy"])
                                                       for k in d.get("kernels", ())),
                    Outcome[d.get("kernel_outcome", "NOT_MEASURED")], d.get("fastest_flashinfer"),
-                   d.get("build_bound_ms"), d["flash_attn"].get("step_ms"))
+                   d.get("build_bound_ms"), d["flash_attn"].get("step_ms"), tuple(d["final"].get("routes", ())))
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ class DraftRoute:
     metadata: str
     wrapper_backend: str | None
     builds: int
+    num_reqs: int | None = None  # the requests in the batch these builds drafted for (None: not recorded)
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,7 @@ def test_the_draft_layers_are_timed_per_forward_and_not_while_a_graph_is_capture
     layers = {name: NS(impl=NS(forward=lambda *a, _n=name, **k: calls.append(_n) or "out")) for name in ("d1", "d0")}
     runner = NS(drafter=NS(_draft_attn_layer_names={"d0", "d1"}),
                 vllm_config=NS(compilation_config=NS(static_forward_context={**layers, "t0": NS()})),
-                _draft_routes={("XQADraft", None): 3})
+                _draft_routes={("XQADraft", None, 32): 3})
     torch, synced = fake_torch()
     draft_timing.install(runner, torch)
     for _ in range(3):  # three draft forwards, each layer in turn
@@ -186,7 +186,7 @@ def test_the_draft_layers_are_timed_per_forward_and_not_while_a_graph_is_capture
     assert calls == ["d0", "d1"] * 3 + ["d0"] and synced == [1]
     host_us = got.pop("host_us_max")  # the host's time per layer call, from queueing the sleep to the end event
     assert got == {"layers": 2, "forwards_ms": [2.0, 2.0, 2.0], "over_lead": 0,
-                   "routes": [{"metadata": "XQADraft", "wrapper_backend": None, "builds": 3}]}
+                   "routes": [{"metadata": "XQADraft", "wrapper_backend": None, "num_reqs": 32, "builds": 3}]}
     assert 0 < host_us < draft_timing.LEAD_US
     assert draft_timing.snapshot(runner, torch) == {"layers": 2, "forwards_ms": [], "routes": [], "host_us_max": None,
                                                    "over_lead": 0}  # reset

@@ -124,12 +124,12 @@ def test_the_draft_builds_route_is_counted_and_the_runners_builds_are_not():
     worker = _worker_double(target, draft_in_runner, drafter)
     instruments.build_times(worker, install=True)
     draft_in_runner.build(0, NS(num_actual_tokens=16, prefill=XQADraft()))
-    for prefill in (XQADraft(), XQADraft(), FIPrefill()):
-        drafter.build_for_drafting(NS(num_actual_tokens=16, prefill=prefill), 0)
+    for prefill, num_reqs in ((XQADraft(), 32), (XQADraft(), 32), (FIPrefill(), 7)):  # the batch drains
+        drafter.build_for_drafting(NS(num_actual_tokens=16 * num_reqs, num_reqs=num_reqs, prefill=prefill), 0)
     got = draft_timing.snapshot(worker.model_runner, torch=None)  # no events installed: nothing to synchronize
     assert got == {"layers": 0, "forwards_ms": [], "host_us_max": None, "over_lead": 0, "routes": [
-        {"metadata": "XQADraft", "wrapper_backend": None, "builds": 2},
-        {"metadata": "FIPrefill", "wrapper_backend": "fa2", "builds": 1}]}
+        {"metadata": "XQADraft", "wrapper_backend": None, "num_reqs": 32, "builds": 2},
+        {"metadata": "FIPrefill", "wrapper_backend": "fa2", "num_reqs": 7, "builds": 1}]}
     assert draft_timing.snapshot(worker.model_runner, torch=None)["routes"] == []  # read once, then reset
 
 

@@ -24,7 +24,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from dflash_fi.proof.bench.e2e import draft_cost_runs
-from dflash_fi.proof.bench.routes import kernel_of, most_common
+from dflash_fi.proof.bench.routes import builds_by_requests, kernel_of, most_common
 from dflash_fi.proof.bench.rtx4090 import PathGain, path_gains
 from dflash_fi.proof.bench.stats import AtMost, Estimate, Outcome, estimate_json, estimate_of, median_estimate
 from dflash_fi.proof.bench.turns import Turns, paired, step_ms
@@ -64,6 +64,11 @@ class DraftSide:
     draft_build_ms: float
     kernel: str | None
     step_ms: float | None = None  # the median decoding step, the draft timing's GPU sleeps included
+    routes: tuple = ()  # [{"kernel", "num_reqs", "builds"}] over the measured rounds (routes.builds_by_requests)
+
+    @classmethod
+    def of(cls, d: dict) -> "DraftSide":
+        return cls(**{**d, "routes": tuple(d.get("routes", ()))})
 
 
 @dataclass(frozen=True)
@@ -106,8 +111,8 @@ class DraftCost:
 
     @classmethod
     def from_json(cls, d: dict) -> "DraftCost":
-        return cls(Pair(d["pair"]), d["batch"], d["num_qo_heads"], d["num_kv_heads"], DraftSide(**d["flash_attn"]),
-                   DraftSide(**d["final"]), *(estimate_of(d[k]) for k in ("attention", "attention_aa", "build", "build_aa")),
+        return cls(Pair(d["pair"]), d["batch"], d["num_qo_heads"], d["num_kv_heads"], DraftSide.of(d["flash_attn"]),
+                   DraftSide.of(d["final"]), *(estimate_of(d[k]) for k in ("attention", "attention_aa", "build", "build_aa")),
                    d["aa_bound_ms"], d["aa_within"], Outcome[d["build_outcome"]],
                    tuple(KernelShare(**k) for k in d["kernels"]), d["fastest_flashinfer"], Outcome[d["kernel_outcome"]],
                    d.get("build_bound_ms"))
@@ -152,7 +157,7 @@ def _side(turns: Turns, run: RunId, batch: int) -> DraftSide | None:
     attention = [a for a in map(attention_ms, rounds) if a is not None]
     return DraftSide(statistics.median(attention) if attention else None, statistics.median(map(build_ms, rounds)),
                      statistics.median(map(draft_build_ms, rounds)), most_common(list(map(kernel_of, rounds))),
-                     statistics.median(map(step_ms, rounds)))
+                     statistics.median(map(step_ms, rounds)), tuple(builds_by_requests(rounds)))
 
 
 def _difference(turns: Turns, run: RunId, baseline: RunId, batch: int, metric) -> Estimate | None:

@@ -21,6 +21,18 @@ def kernel_of(b: BatchRun, final: bool = True) -> str | None:
     return "flashinfer-fa2" if kernel == "dflash-fi-final" and not final else kernel
 
 
+def builds_by_requests(runs: list[BatchRun]) -> list[dict]:
+    """[{"kernel", "num_reqs", "builds"}] over the turns' draft builds: which kernel the builds made at each request
+    count (a batch drains as its requests finish, so a turn's builds span several)."""
+    counts: dict = {}
+    for b in runs:
+        for g in b.generates:
+            for r in g.draft_attention.routes if g.draft_attention else ():
+                key = (ROUTE_KERNELS.get((r.metadata, r.wrapper_backend)), r.num_reqs)
+                counts[key] = counts.get(key, 0) + r.builds
+    return [{"kernel": k, "num_reqs": n, "builds": c} for (k, n), c in sorted(counts.items(), key=lambda i: str(i[0]))]
+
+
 def most_common(kernels: list[str | None]) -> str | None:
     """The kernel most of the rounds ran (None where none was recorded)."""
     known = [k for k in kernels if k]

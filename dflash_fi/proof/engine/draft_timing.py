@@ -98,7 +98,8 @@ def snapshot(runner, torch) -> dict:
         torch.cuda.synchronize()
     layers, host = getattr(runner, "_draft_layers", 0), getattr(runner, "_draft_host_us", [])
     out = {"layers": layers, "forwards_ms": per_forward([start.elapsed_time(end) for start, end in events], layers),
-           "routes": [{"metadata": k[0], "wrapper_backend": k[1], "builds": n} for k, n in routes.items()],
+           "routes": [{"metadata": k[0], "wrapper_backend": k[1], "num_reqs": k[2] if len(k) > 2 else None, "builds": n}
+                      for k, n in routes.items()],
            "host_us_max": round(max(host), 1) if host else None, "over_lead": sum(h > LEAD_US for h in host)}
     events.clear()
     routes.clear()

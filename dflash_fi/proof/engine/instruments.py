@@ -111,7 +111,7 @@ def build_times(worker, install: bool = False) -> list[dict]:
                     entry[2] = max(entry[2], tokens)
                     entry[3] += bool(largest) and tokens > largest
                     if key[0] == "draft step" and built is not None:  # outside the timed span
-                        route = draft_timing.metadata_route(built)
+                        route = (*draft_timing.metadata_route(built), getattr(metadata, "num_reqs", None))
                         routes[route] = routes.get(route, 0) + 1
             builder.build = timed_build
 
