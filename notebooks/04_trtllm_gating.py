@@ -81,8 +81,7 @@ verdict(gating_verdict(gating))
 #
 # An H100 or H200 has no TRTLLM, so step 4's output must equal step 3's there, up to **near-ties**: positions where
 # the target's two best tokens are closer than a margin measured between correct engines. The RTX 4090 case
-# (FlashAttention forced to version 2, an FP8 cache) runs with the complete PR. The last check is for the **plan
-# race**: a draft's `plan()` rewriting a wrapper's schedule while a kernel queued earlier still reads it. The engines:
+# (FlashAttention forced to version 2, an FP8 cache) runs with the complete PR. The engines:
 
 # %%
 from dflash_fi.notebook import show_engine_calls

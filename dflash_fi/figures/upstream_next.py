@@ -141,16 +141,18 @@ def tau_verdict(at4, at6, eager, ours, same: tuple[int, int] | None) -> str:
     from dflash_fi.records.engine import short_backend
 
     out = ""
-    if at4.tau and at6.tau:
+    if at4.tau and at6.tau and f"{at4.tau:.3f}" == f"{at6.tau:.3f}":
+        out += f" Tau {at4.tau:.3f} at both steps (to three decimals)."
+    elif at4.tau and at6.tau:
         out += (f" Tau {at4.tau:.3f} at step 4, {at6.tau:.3f} at step 6 ({at6.tau / at4.tau - 1:+.1%}): step 6 runs "
                 "the target's verify batches on its graph wrappers, whose rounding may pick the other of two near-tied "
                 "tokens (the checks below hold the texts equal up to near-ties), and tau moves with the texts.")
     if eager is not None and ours is not None and eager.tau and ours.tau and same:
         target = ", ".join(sorted({short_backend(b) for b in eager.target_backends}))
-        out += (f" Notebook 04's eager step 4 ({target} target) has tau {eager.tau:.3f} where this one has "
-                f"{ours.tau:.3f}: at near-ties the target's kernels pick the text, and so which drafts are accepted; "
-                f"only {same[0]}/{same[1]} of this step 4's outputs equal those of plain decoding, also on a "
-                "FlashInfer target.")
+        out += (f" In the walkthrough's records (its own prompt set), notebook 04's eager step 4 ({target} target) "
+                f"has tau {eager.tau:.3f} where this notebook's step 4 has {ours.tau:.3f}: at near-ties the target's "
+                f"kernels pick the text, and so which drafts are accepted; only {same[0]}/{same[1]} of that step 4's "
+                "outputs equal those of plain decoding, also on a FlashInfer target.")
     return out
 
 

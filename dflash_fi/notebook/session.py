@@ -78,7 +78,7 @@ class Session:
         """How this notebook's walkthrough checks were judged, for a check's detail: live here, or by the evidence
         pass (on older code, when the walkthrough ran other code than the code here)."""
         if self.live:
-            return "live"
+            return "judged here, on this notebook's engines"
         return "as the evidence pass judged them" + (", on older code" if _walkthrough_older() else "")
 
     def check(self, records: dict, reference: dict, quiet: bool = False) -> list:
