@@ -42,12 +42,8 @@ class HunkMismatch(PatchError):
         self.number, self.count, self.source = number, count, source
 
 
-class LedgerCorrupt(UserError, RuntimeError):
-    """A committed run record under runs/ is damaged: restore it from git."""
-
-
 class NoRecord(UserError, LookupError):
-    """A recorded result the command needs is not committed under runs/ yet."""
+    """A recorded result the command needs is not in the evidence summary (evidence/<gpu>.json) yet."""
 
 
 class UpstreamUnavailable(BadInput):

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -109,9 +108,6 @@ class StackReport:
     compute_capability: str | None
     can_run: str
 
-    def as_dict(self) -> dict:
-        return asdict(self)
-
 
 def stack_report() -> StackReport:
     import torch
@@ -133,12 +129,11 @@ def stack_report() -> StackReport:
     )
 
 
-def doctor(as_json: bool = False) -> int:
+def doctor(show: bool = True) -> int:
+    """`dflash-fi doctor`: 1 where the pinned stack is not what is installed, else 0; `show` prints the report."""
     report = stack_report()
     problems = stack_problems()
-    if as_json:
-        print(json.dumps({**report.as_dict(), "problems": problems}, indent=2))
-    else:
+    if show:
         rows = [
             ("python", report.python),
             ("vllm", report.vllm or "not installed"),

@@ -9,14 +9,16 @@
     checks.py   what exercise N checks (the checks of steps 1..N), and step 1's: vLLM's selector
     builds.py   steps 2-4's: what the lab's `FlashInferMetadataBuilder.build()` does with the reader's module
 
-May import: dflash_fi.steps, dflash_fi.patched, dflash_fi.lab, dflash_fi.vocabulary, dflash_fi.errors.
+May import: dflash_fi.steps, dflash_fi.patched, dflash_fi.lab, dflash_fi.vocabulary, dflash_fi.errors,
+dflash_fi.upstream.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-MAY_IMPORT = ("dflash_fi.steps", "dflash_fi.patched", "dflash_fi.lab", "dflash_fi.vocabulary", "dflash_fi.errors")
+MAY_IMPORT = ("dflash_fi.steps", "dflash_fi.patched", "dflash_fi.lab", "dflash_fi.vocabulary", "dflash_fi.errors",
+              "dflash_fi.upstream")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 
