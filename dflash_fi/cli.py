@@ -18,13 +18,6 @@ def _positive(value: str) -> int:
     return number
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's refusals as the project's: one line on stderr naming the command, exit 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-
 def _sm(value: str) -> tuple[int, int]:
     from dflash_fi.vocabulary import CAPABILITIES, sm
 
@@ -35,16 +28,16 @@ def _sm(value: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dflash_fi.proof.bench.e2e import ROUNDS
+    from dflash_fi.bench.e2e import ROUNDS
     from dflash_fi.models import (CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, DEFAULT_DRAFTER, DEFAULT_NEW_TOKENS,
                                   DEFAULT_NUM_PROMPTS, DEFAULT_PROMPTS, DEFAULT_TARGET)
     from dflash_fi.stack import ARTIFACTS_DIR
     from dflash_fi.steps import FINAL_STEP, STEPS
     from dflash_fi.vocabulary import DRAFT_BACKENDS, KV_CACHE_DTYPES
 
-    common = _Parser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--verbose", action="store_true", help="vLLM's own log lines on the terminal (stderr)")
-    parser = _Parser(prog="dflash-fi", description=__doc__, parents=[common])
+    parser = argparse.ArgumentParser(prog="dflash-fi", description=__doc__, parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name, func, help_text):
@@ -52,14 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    def json_flag(p):
-        p.add_argument("--json", action="store_true", help="the result as JSON on stdout (nothing there if refused)")
-
     def step_arg(p, default):
         p.add_argument("--step", default=default, type=str, help=f"{STEPS[0]} (stock) .. {FINAL_STEP} (final step)")
 
     p = command("doctor", commands.doctor, "installed versions, GPU, and what can run here")
-    json_flag(p)
+    p.add_argument("--json", action="store_true")
 
     p = command("train", commands.train, "train the embedded target + DFlash drafter pair")
     p.add_argument("--out", default=str(ARTIFACTS_DIR / "models"),
@@ -74,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reuse the target of an earlier pair in DIR and train only the drafter")
 
     p = command("reference", commands.reference, "the reference decoder's tau (non-causal and causal) on held-out prompts")
-    json_flag(p)
+    p.add_argument("--json", action="store_true")
     p.add_argument("--prompts", type=_positive, default=CPU_REFERENCE_PROMPTS)
     p.add_argument("--new-tokens", type=_positive, default=CPU_REFERENCE_NEW_TOKENS)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -105,12 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", action="append", choices=("uniform", "mixed"),
                    help="what to generate, in order (repeatable; default: uniform)")
     p.add_argument("--logprobs", type=_positive, default=None, help="record the target's top-k logprobs")
+    p.add_argument("--label", default=None)
     p.add_argument("--no-ledger", action="store_true", help="do not keep the record under artifacts/evidence/")
-    json_flag(p)
+    p.add_argument("--json", action="store_true")
 
     p = command("selector-matrix", commands.selector_matrix, "vLLM's backend choice per step x GPU x KV dtype x role")
     p.add_argument("--step", action="append", type=int, help="only these steps (repeatable; default: all)")
-    json_flag(p)
+    p.add_argument("--json", action="store_true")
 
     command("upstream", commands.upstream, "fetch vLLM 0.24.0's and 0.33.0's wheels (once) and check the files read")
 
@@ -120,11 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sm", type=_sm, default=None, help="compute capability (default 9.0, or 10.0 with --trtllm)")
     p.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES)
     p.add_argument("--cuda-graphs", action="store_true", help="the builder as vLLM makes it with full CUDA graphs")
-    json_flag(p)
+    p.add_argument("--json", action="store_true")
 
     p = command("graphs", commands.graphs, "each step's CUDA-graph claim and the mode vLLM's runner resolves from it")
-    p.add_argument("--step", action="append", type=int, help="only these steps (repeatable; default: all)")
-    json_flag(p)
+    p.add_argument("--json", action="store_true")
 
     p = command("exercise", commands.exercise, "write one of PR #43081's steps yourself (1-4), checked by the CPU lab")
     p.add_argument("step", help="1, 2, 3 or 4")

@@ -1,48 +1,19 @@
-"""What each `dflash-fi` subcommand does: a thin shell over the module that does the work.
-
-Every `--json` goes through `render_json`, the one place where the modules' typed results become JSON.
-"""
+"""What each `dflash-fi` subcommand does: a thin shell over the module that does the work."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 
-def _plain(value):
-    """The JSON form of a typed value the modules return: an enum by name, an exception (or vLLM's, as the lab keeps
-    it) by class and message, a step's hunk by its reason, a dataclass by its fields."""
-    import dataclasses
-    import enum
-
-    if isinstance(value, enum.Enum):
-        return value.name
-    if isinstance(value, BaseException):
-        return {"type": type(value).__name__, "message": str(value)}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        from dflash_fi.lab.routes import Raised
-        from dflash_fi.steps.patching import Hunk
-
-        if isinstance(value, Raised):
-            return _plain(value.error)
-        if isinstance(value, Hunk):
-            return value.why
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    raise TypeError(f"dflash-fi has no JSON form for {type(value).__qualname__}")  # a bug: give the type one here
-
-
-def render_json(data, indent: int | None = 1) -> str:
-    return json.dumps(data, indent=indent, default=_plain)
-
-
 def doctor(args) -> int:
-    from dflash_fi.stack import doctor, stack_problems, stack_report
+    from dflash_fi.stack import doctor
 
-    if args.json:
-        print(render_json({**_plain(stack_report()), "problems": stack_problems()}))
-    return doctor(show=not args.json)
+    return doctor(as_json=args.json)
 
 
 def train(args) -> int:
@@ -78,9 +49,9 @@ def reference(args) -> int:
     result = evaluate_pair(Path(check_model_dir("target", args.target)), Path(check_model_dir("drafter", args.drafter)),
                            prompts, args.new_tokens, device=args.device)
     if args.json:
-        print(render_json({k: result[k] for k in (
+        print(json.dumps({k: result[k] for k in (
             "tau_noncausal", "tau_causal", "per_position_acceptance", "lossless_fraction",
-            "n_prompts", "n_new_tokens", "seconds")}, indent=None))
+            "n_prompts", "n_new_tokens", "seconds")}))
     else:
         print(f"reference decoder, {result['n_prompts']} prompts x {result['n_new_tokens']} new tokens "
               f"({result['dtype']} on {result['device']}, {result['seconds']} s)")
@@ -91,11 +62,10 @@ def reference(args) -> int:
 
 
 def run(args) -> int:
-    from dflash_fi.records.runs import Pair, RunId, label
-    from dflash_fi.records.engine import outcome
-    from dflash_fi.proof.engine.runner import run as run_engine
-    from dflash_fi.proof.engine.spec import validate
-    from dflash_fi.records.spec import RunSpec
+    from dflash_fi.engine.identity import Pair, RunId, label
+    from dflash_fi.engine.records import outcome
+    from dflash_fi.engine.runner import run as run_engine
+    from dflash_fi.engine.spec import RunSpec
     from dflash_fi.logs import tail
     from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET
     from dflash_fi.stack import require_gpu
@@ -106,16 +76,16 @@ def run(args) -> int:
                    target_backend=args.target_backend, kv_cache_dtype=args.kv_cache_dtype,
                    flash_attn_version=args.flash_attn_version, cuda_graphs=args.cuda_graphs,
                    pair=Pair.EMBEDDED if embedded else Pair.CUSTOM)
-    spec = validate(RunSpec(
+    spec = RunSpec(
         run=run_id, target=args.target, drafter=args.drafter, prompts_file=args.prompts_file,
         num_prompts=args.prompts, max_new_tokens=args.max_new_tokens, workloads=tuple(args.workload or ("uniform",)),
         gpu_memory_utilization=args.gpu_memory_utilization, num_gpu_blocks=args.num_gpu_blocks,
         max_num_seqs=args.max_num_seqs, logprobs=args.logprobs,
-    ))
+    ).validate()
     gpu = require_gpu("dflash-fi run")
     record = run_engine(spec)
     if not args.no_ledger:
-        import dflash_fi.records.summary as S
+        import dflash_fi.summary as S
 
         with open(S.raw_dir() / f"{S.gpu_slug(gpu.name)}.runs.jsonl", "a") as f:
             f.write(json.dumps(record.to_json(), sort_keys=True) + "\n")
@@ -123,7 +93,7 @@ def run(args) -> int:
     for generate in shown["generates"].values():
         generate.pop("tokens", None)
     shown["provenance"].pop("log_tail", None)
-    print(render_json(shown, indent=None if args.json else 2))
+    print(json.dumps(shown, indent=None if args.json else 2))
     print(f"{label(spec.run)}: {outcome(record, detail=True)}; engine log: {record.provenance.log_file}",
           file=sys.stderr)
     if not record.ok:
@@ -136,7 +106,7 @@ def selector_matrix(args) -> int:
 
     rows = selector_matrix(steps=args.step or None)
     if args.json:
-        print(render_json(rows))
+        print(json.dumps(rows, indent=1))
         return 0
     print(render_matrix(rows))
     for step in (0, 1):
@@ -145,18 +115,11 @@ def selector_matrix(args) -> int:
 
 
 def routing(args) -> int:
-    from dataclasses import fields
-
     from dflash_fi.lab.routing import format_routing, routing_report
-    from dflash_fi.vocabulary import sm
 
     report = routing_report(args.step, trtllm=args.trtllm, capability=args.sm, kv_cache_dtype=args.kv_cache_dtype,
                             cuda_graphs=args.cuda_graphs)
-    if not args.json:
-        print(format_routing(report))
-        return 0
-    shown = {f.name: getattr(report, f.name) for f in fields(report) if f.name != "warnings"}
-    print(render_json({**shown, "capability": sm(report.capability), "step_warnings": report.step_warnings}))
+    print(json.dumps(report.to_json(), indent=1) if args.json else format_routing(report))
     return 0
 
 
@@ -172,9 +135,9 @@ def graphs(args) -> int:
     from dflash_fi.steps import STEPS
     from dflash_fi.vocabulary import BLACKWELL, HOPPER, RTX_4090
 
-    rows = [cudagraph_claims(step, capability, trtllm) for step in args.step or STEPS
+    rows = [cudagraph_claims(step, capability, trtllm) for step in STEPS
             for capability, trtllm in ((RTX_4090, False), (HOPPER, False), (BLACKWELL, True))]
-    print(render_json(rows) if args.json else format_claims(rows))
+    print(json.dumps(rows, indent=1) if args.json else format_claims(rows))
     return 0
 
 
@@ -185,54 +148,65 @@ def exercise(args) -> int:
 
 
 def walkthrough(args) -> int:
-    from dflash_fi.proof.evidence.walkthrough import main
+    from dflash_fi.evidence.walkthrough import main
 
     return main(num_prompts=args.prompts, max_new_tokens=args.max_new_tokens)
 
 
 def bench(args) -> int:
-    from dflash_fi.proof.bench.record import bench
+    from dflash_fi.bench.record import bench
 
     return bench(args.what, args.quick, args.models, args.rounds, args.record)
 
 
 def profile(args) -> int:
-    from dflash_fi.proof.bench.record import profile
+    from dflash_fi.bench.record import profile
 
     return profile(args.record)
 
 
 def record(args) -> int:
-    from dflash_fi.proof.evidence.junit import record_pytest
+    from dflash_fi.evidence.junit import record_pytest
 
     print(record_pytest(args.kind, args.junit, args.ran))
     return 0
 
 
 def near_ties(args) -> int:
-    from dflash_fi.proof.evidence.near_ties import run_calibration
+    from dflash_fi.evidence.near_ties import run_calibration
 
     run_calibration()
     return 0
 
 
 def figures(args) -> int:
+    from dflash_fi.bench.results import latest_kernels
+    from dflash_fi.bench.turns import latest_turns
+    from dflash_fi.errors import NoRecord
     from dflash_fi.figures import write_benchmark_figures
     from dflash_fi.figures.path import write_path_figure
 
-    for path in [*write_benchmark_figures(), write_path_figure()]:  # a figure not recorded yet says so
+    def read(latest):
+        try:
+            return latest()
+        except NoRecord as missing:
+            print(f"not drawn: {missing}")
+            return None
+
+    kernels, turns = read(latest_kernels), read(latest_turns)
+    for path in [*write_benchmark_figures(kernels, turns), write_path_figure()]:
         print(path)
     return 0
 
 
 def notebooks(args) -> int:
-    from dflash_fi.proof.evidence.notebooks import execute_notebooks
+    from dflash_fi.evidence.notebooks import execute_notebooks
 
     return execute_notebooks(only=args.only, timeout=args.timeout, allow_cpu=args.allow_cpu)
 
 
 def report(args) -> int:
-    from dflash_fi.proof.readme import blocks, results_page, update_readme, write_results_page
+    from dflash_fi.readme import blocks, results_page, update_readme, write_results_page
 
     if args.update_readme:
         print("rewrote README.md blocks:", ", ".join(update_readme()))

@@ -42,8 +42,12 @@ class HunkMismatch(PatchError):
         self.number, self.count, self.source = number, count, source
 
 
+class LedgerCorrupt(UserError, RuntimeError):
+    """A committed run record under runs/ is damaged: restore it from git."""
+
+
 class NoRecord(UserError, LookupError):
-    """A recorded result the command needs is not in the evidence summary (evidence/<gpu>.json) yet."""
+    """A recorded result the command needs is not committed under runs/ yet."""
 
 
 class UpstreamUnavailable(BadInput):

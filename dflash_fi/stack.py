@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
@@ -108,6 +109,9 @@ class StackReport:
     compute_capability: str | None
     can_run: str
 
+    def as_dict(self) -> dict:
+        return asdict(self)
+
 
 def stack_report() -> StackReport:
     import torch
@@ -129,11 +133,12 @@ def stack_report() -> StackReport:
     )
 
 
-def doctor(show: bool = True) -> int:
-    """`dflash-fi doctor`: 1 where the pinned stack is not what is installed, else 0; `show` prints the report."""
+def doctor(as_json: bool = False) -> int:
     report = stack_report()
     problems = stack_problems()
-    if show:
+    if as_json:
+        print(json.dumps({**report.as_dict(), "problems": problems}, indent=2))
+    else:
         rows = [
             ("python", report.python),
             ("vllm", report.vllm or "not installed"),

@@ -12,8 +12,8 @@ import pytest  # noqa: E402
 
 from dflash_fi import figures  # noqa: E402
 
-from dflash_fi.records.runs import label  # noqa: E402
-from dflash_fi.records import runs as P  # noqa: E402
+from dflash_fi.engine.identity import label  # noqa: E402
+from dflash_fi.evidence import plan as P  # noqa: E402
 
 FLASH_ATTN = P.FLASH_ATTN
 EAGER_RUNS = [FLASH_ATTN, *(P.step_run(s) for s in range(7)), P.FP8]
@@ -21,10 +21,10 @@ EAGER_RUNS = [FLASH_ATTN, *(P.step_run(s) for s in range(7)), P.FP8]
 
 @pytest.fixture(scope="module")
 def recorded():
-    import dflash_fi.records.summary as S
+    import dflash_fi.summary as S
 
-    walkthrough = S.read().walkthrough()
-    return walkthrough.reference, walkthrough.records
+    records, reference, _, _, _ = S.read().walkthrough()
+    return reference, records
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +56,6 @@ def data_artists(ax):
     return [a for a in (*ax.lines, *ax.patches, *ax.collections, *ax.images) if a.get_visible()]
 
 
-def extent(artist, renderer):
-    """Where an artist lies on the figure; an error bar's line collection reports no window extent, so its data's."""
-    import numpy as np
-
-    box = artist.get_window_extent(renderer)
-    if not np.isfinite(box.get_points()).all() and hasattr(artist, "get_datalim"):
-        box = artist.get_datalim(artist.axes.transData).transformed(artist.axes.transData)
-    return box
-
-
 def legend_texts(fig) -> list[str]:
     return [t.get_text() for legend in all_legends(fig) for t in legend.get_texts()]
 
@@ -93,7 +83,7 @@ def assert_reads_well(fig, legend_expected=True):
         for ax in fig.axes if legend in fig.legends else [legend.axes]:
             assert not box.overlaps(ax.get_window_extent(renderer)), "legend over a panel"
             for artist in data_artists(ax):
-                assert not box.overlaps(extent(artist, renderer)), f"legend over {artist}"
+                assert not box.overlaps(artist.get_window_extent(renderer)), f"legend over {artist}"
 
 
 def test_block_masks_have_a_key_and_a_labelled_divider(drawn):
@@ -174,16 +164,10 @@ def test_tau_by_step_keeps_every_run_and_says_why_a_run_has_no_tau(drawn, walkth
     assert all(f"{tau:.2f}" in texts for tau in taus)
 
 
-def committed_kernels() -> dict:
-    import dflash_fi.records.summary as S
-
-    return S.read().rows(S.Section.BENCH_KERNELS)
-
-
 def test_kernel_times_show_both_kv_dtypes_and_every_kernel_distinct(drawn):
-    from dflash_fi.figures.benchmarks import kernel_rows
+    from dflash_fi.bench.results import kernel_rows, latest_kernels
 
-    kernels = committed_kernels()
+    kernels = latest_kernels()
     fig = figures.kernel_times(kernels)
     drawn(fig)
     assert_reads_well(fig)
@@ -204,6 +188,28 @@ def test_kernel_times_show_both_kv_dtypes_and_every_kernel_distinct(drawn):
                for ax in fp8)
 
 
+def test_the_kernel_against_flash_attn_makes_flash_attn_the_line_that_stands_out(drawn):
+    from dflash_fi.bench.kernels import BATCHES
+    from dflash_fi.bench.results import final_draft_kernel, kernel_ratios, kernel_rows, latest_kernels
+
+    kernels = latest_kernels()
+    fig = figures.kernel_against_flash_attn(kernels, BATCHES)
+    drawn(fig)
+    assert_reads_well(fig)
+    kv_dtypes = list(dict.fromkeys(r["kv_dtype"] for r in kernel_rows(kernels)))  # one panel each, in this order
+    assert len(fig.axes) == len(kv_dtypes)
+    for ax, kv in zip(fig.axes, kv_dtypes):
+        reference, *others = ax.lines
+        assert list(reference.get_ydata()) == [1.0, 1.0]
+        assert others and all(reference.get_linewidth() > 2 * line.get_linewidth() for line in others)
+        drawn_points = sorted(y for line in others for y in line.get_ydata())
+        final = final_draft_kernel(kernels, kv)
+        assert drawn_points == sorted(r["ratio"] for r in kernel_ratios(kernels, final, "vllm-flash-attn", kv,
+                                                                         batches=BATCHES))
+        assert {int(x) for line in others for x in line.get_xdata()} <= set(BATCHES)
+    assert "vLLM's FlashAttention" in legend_texts(fig)[0]
+
+
 def test_the_path_picture_gives_a_step_the_same_colour_whichever_steps_it_marks(drawn):
     from dflash_fi.figures.path import LANDS, marks_of
 
@@ -217,28 +223,17 @@ def test_the_path_picture_gives_a_step_the_same_colour_whichever_steps_it_marks(
     assert all(badge_colours(every)[step] == colour for step, colour in badge_colours(later).items())
 
 
-def test_an_outline_shows_the_lines_asked_for_in_order_each_with_its_note():
-    from dflash_fi.figures.listings import outline
+def test_the_benchmark_figures_still_write(tmp_path):
+    from dflash_fi.bench.results import latest_kernels
+    from dflash_fi.bench.turns import latest_turns
+    from dflash_fi.errors import NoRecord
 
-    def build(batch):
-        split = len(batch)  # where decodes end
-        if split:
-            plan = "causal"
-        return split, plan
-
-    listing = outline(build, {r"def build": "", r"split = ": "the split", r"plan = ": "", r"return": "done"})
-    assert listing.text.splitlines()[1:] == ["def build(batch):", "    split = len(batch)  # the split", "        ...",
-                                             '        plan = "causal"', "    return split, plan  # done"]
-    assert "test_figures" in listing.text.splitlines()[0] and listing.text.count("#") == 2
-
-
-def test_the_benchmark_figures_still_write(tmp_path, capsys):
-    import dflash_fi.records.summary as S
-
-    paths = figures.write_benchmark_figures(S.read(), tmp_path)  # the committed summary: kernels, no draft cost yet
-    assert [p.name for p in paths] == ["bench-kernels.svg"] and "bench-draft-cost.svg not drawn" in capsys.readouterr().out
-    paths = figures.write_benchmark_figures(fresh_summary(tmp_path), tmp_path)
-    assert [p.name for p in paths] == ["bench-draft-cost.svg"]
+    try:
+        turns = latest_turns()
+    except NoRecord:
+        turns = None
+    paths = figures.write_benchmark_figures(latest_kernels(), turns, tmp_path)
+    assert [p.name for p in paths] == ["bench-kernels.svg"] + (["bench-e2e.svg", "bench-draft-step.svg"] if turns else [])
     assert all(p.parent == tmp_path and p.read_text().lstrip().startswith("<?xml") for p in paths)
     plt.close("all")
 
@@ -251,9 +246,9 @@ def test_no_two_series_share_a_style():
 def test_kernels_over_fa2_draws_each_kernels_time_over_fa2s(drawn):
     import math
 
-    from dflash_fi.figures.benchmarks import kernel_rows
+    from dflash_fi.bench.results import kernel_rows, latest_kernels
 
-    kernels, kvs = committed_kernels(), ("bf16", "fp8-e4m3")
+    kernels, kvs = latest_kernels(), ("bf16", "fp8-e4m3")
     fig, over = figures.kernels_over_fa2(kernels, {"flashinfer-fa3": "fa3", "vllm-flash-attn": "FA"}, kvs)
     drawn(fig)
     assert_reads_well(fig)
@@ -267,280 +262,3 @@ def test_kernels_over_fa2_draws_each_kernels_time_over_fa2s(drawn):
         want = [*over["flashinfer-fa3", kv].values(), *over["vllm-flash-attn", kv].values()]
         assert len(bars) == len(want) and all(math.isclose(x, y) or (math.isnan(x) and math.isnan(y)) for x, y in zip(bars, want))
     plt.close("all")
-
-
-# Notebook 08's figure, tables and bottom line, on draft-cost data of the shape `dflash-fi bench e2e --record` writes.
-def estimate(value, half):
-    return {"value": value, "low": value - half, "high": value + half}
-
-
-def draft_cost_data():
-    """Two pairs x batches 1/8/32: the embedded pair's final draft level on attention and cheaper to build; the
-    Qwen3-4B shape's attention slower (the kernel's), growing with the batch; its batch 1 straddling 0."""
-    rows = []
-    for pair, heads in (("embedded", (4, 2)), ("qwen3-4b-shape", (32, 8))):
-        for batch in (1, 8, 32):
-            route = "flashinfer-xqa" if heads == (4, 2) and batch >= 8 else "dflash-fi-final"
-            attention = 0.0 if pair == "embedded" else (0.001 if batch == 1 else 0.004 * batch ** 0.5)
-            rows.append({
-                "pair": pair, "batch": batch, "num_qo_heads": heads[0], "num_kv_heads": heads[1],
-                "flash_attn": {"attention_ms": 0.1, "build_ms": 0.2, "draft_build_ms": 0.05, "kernel": "vllm-flash-attn"},
-                "final": {"attention_ms": 0.1 + attention, "build_ms": 0.197, "draft_build_ms": 0.04, "kernel": route},
-                "attention": estimate(attention, 0.002), "attention_aa": estimate(0.0, 0.002),
-                "build": estimate(-0.003 if pair == "embedded" else 0.001, 0.002), "build_aa": estimate(0.0, 0.003), "aa_bound_ms": 0.005,
-                "aa_within": True, "build_outcome": "MET",
-                "kernels": [{"kernel": "vllm-flash-attn", "ms": 0.0125, "share_of_copy": 0.82},
-                            {"kernel": "dflash-fi-final", "ms": 0.014, "share_of_copy": 0.74},
-                            {"kernel": "flashinfer-xqa", "ms": 0.0125 if route == "flashinfer-xqa" else 0.015,
-                             "share_of_copy": 0.45}],
-                "fastest_flashinfer": route, "kernel_outcome": "MET"})  # the route runs the fastest: met
-    gains = [{"batch": b, "no_speculation": 900.0, "step4": 1900.0, "final": 2000.0, "step4_gain": estimate(2.1, 0.1),
-              "final_gain": estimate(2.2, 0.1), "final_over_step4": estimate(1.05, 0.02), "tau_step4": 4.2,
-              "tau_final": 4.2} for b in (1, 8, 32)]
-    method = {"rounds": 13, "warm_up_rounds": 1, "aa_share": 0.02, "aa_ms": 0.005, "build_ceiling_ms": 0.005,
-              "kernel_tolerance": 1.02, "kernel_context": 512, "new_tokens": {"embedded": 256, "qwen3-4b-shape": 128}}
-    return {"draft_cost": rows, "rtx4090": gains, "method": method}
-
-
-def fresh_summary(tmp_path, data=None, inputs=None, rows=None):
-    """A summary whose engine benchmark ran the code at hand (or `inputs`) and recorded `data` (and `rows`, beside it,
-    as `dflash-fi bench e2e --record` keeps its results: written and read back through the summary's own writer)."""
-    import dflash_fi.records.summary as S
-    from dflash_fi.freshness import inputs as current
-    from dflash_fi.records.provenance import Provenance
-
-    provenance = Provenance("NVIDIA H200", "9.0", {}, "0" * 40, S.Section.BENCH_E2E.command, "2026-12-04T21:00:00Z",
-                            inputs=current(S.Section.BENCH_E2E) if inputs is None else inputs)
-    if rows is not None:
-        root = tmp_path / "evidence"
-        S.write(S.Section.BENCH_E2E, draft_cost_data() if data is None else data, provenance, rows, root=root)
-        return S.read(root)
-    entry = S.Entry(S.Section.BENCH_E2E, provenance, draft_cost_data() if data is None else data)
-    return S.Summary(tmp_path / "nvidia-h200.json", {S.Section.BENCH_E2E: entry})
-
-
-def test_the_draft_cost_is_read_only_where_recorded_by_the_code_at_hand(tmp_path):
-    from dflash_fi.errors import NoRecord
-    from dflash_fi.figures.costs import read_costs
-
-    costs = read_costs(fresh_summary(tmp_path))
-    assert [(s.pair, s.batch) for s in costs.shapes][:2] == [("embedded", 1), ("embedded", 8)]
-    assert costs.shapes[1].route == "flashinfer-xqa" and costs.gains[0].final_gain.value == 2.2
-    for summary in (fresh_summary(tmp_path, data={"targets": []}), fresh_summary(tmp_path, inputs={"steps": "old"})):
-        with pytest.raises(NoRecord):  # not recorded yet, or recorded by other code: no number shown
-            read_costs(summary)
-
-
-def test_the_cost_figure_shows_both_parts_their_noise_and_the_route(drawn, tmp_path):
-    from dflash_fi.figures.costs import read_costs
-
-    costs = read_costs(fresh_summary(tmp_path))
-    fig = figures.cost_figure(costs)
-    drawn(fig)
-    assert_reads_well(fig)
-    left, right = fig.axes
-    assert len(left.containers) == 2 * 2 * len(costs.shapes)  # per shape: build and attention, each with its A/A bar
-    labels = [t.get_text() for t in left.get_xticklabels()]
-    assert "XQA" in labels[1] and "fa2, kept plan" in labels[0] and len(labels) == len(costs.shapes)
-    assert [list(line.get_ydata()) for line in right.lines if line.get_linestyle() == "-"][-1] == [1, 1]
-    texts = " | ".join(legend_texts(fig))
-    assert "A/A pair" in texts and "host build" in texts and "draft attention" in texts and "RTX 4090" in texts
-
-
-def test_a_difference_inside_the_aa_pairs_noise_is_level_everywhere_it_is_told(tmp_path):
-    """One rule for every verdict: a build of +0.004 [+0.002, +0.005] meets its target (at most +0.005) and is level
-    (within the A/A bound), never 'costs more'."""
-    from dflash_fi.figures.cost_verdicts import beyond_noise, bottom_line, figure_verdict
-    from dflash_fi.figures.costs import read_costs
-
-    data = draft_cost_data()
-    for row in data["draft_cost"]:
-        row["attention"] = {"value": 0.0, "low": -0.001, "high": 0.001}
-        row["build"] = {"value": 0.004, "low": 0.002, "high": 0.005}
-    costs = read_costs(fresh_summary(tmp_path, data))
-    assert {beyond_noise(s.build, s.aa_bound_ms) for s in costs.shapes} == {0}
-    assert "at 0 of 6 shapes, less at 0, and is level at 6." in bottom_line(costs)
-    assert "at 0 of 6 shapes; elsewhere the two drafts are level." in figure_verdict(costs)
-
-
-def test_the_bottom_line_says_where_the_final_draft_stands_and_why(tmp_path):
-    from dflash_fi.figures.cost_verdicts import bottom_line, figure_verdict, targets_verdict
-    from dflash_fi.figures.costs import cost_table, read_costs, recorded_on
-    from dflash_fi.figures.gains import gain_table, gain_verdict
-
-    costs = read_costs(fresh_summary(tmp_path))
-    line = bottom_line(costs)
-    # the Qwen3-4B shape's batches 8 and 32 cost more (attention beyond the A/A bound); the embedded pair's builds
-    # (-0.003 [-0.005, -0.001]) stay inside the noise: level
-    assert "at 2 of 6 shapes, less at 0, and is level at 4." in line
-    assert "it is the kernel. The largest gap" in line and "Qwen3-4B shape, batch 32" in line and "74% of copy bandwidth" in line
-    assert ("2.20x no speculation's tokens/s at every batch; with the PR's own step-4 draft at 2.10x no speculation's "
-            "tokens/s at every batch") in line
-    assert cost_table(costs).count("\n") == len(costs.shapes) + 1 and gain_table(costs).count("\n") == 4
-    assert "high end at most +0.005 ms) is met at 6 of 6" in targets_verdict(costs) and "(within 2%) at 6" in \
-        targets_verdict(costs)
-    assert "12 measured rounds after 1 warm-up" in recorded_on(costs) and "context 512" in recorded_on(costs)
-    assert "[2.00x, " in gain_table(costs) and "/ FlashAttention 0.0125 (82%)" in cost_table(costs)
-    assert figure_verdict(costs).endswith(
-        "at 2 of 6 shapes: Qwen3-4B shape, batch 8; Qwen3-4B shape, batch 32; elsewhere the two drafts are level.")
-    assert "2.20x no speculation's tokens/s at every batch" in gain_verdict(costs) and "time per step" in \
-        gain_verdict(costs)
-    assert bottom_line(None).endswith("not recorded yet: the GPU pass measures it.")
-
-
-def test_the_recorded_route_is_checked_against_the_final_steps_rule(tmp_path):
-    from dflash_fi.figures.cost_engines import route_agrees, routes_checked
-    from dflash_fi.figures.costs import read_costs
-    from dflash_fi.lab.draft_route import final_draft_route
-    from dflash_fi.lab.routes import Prefill
-
-    data = draft_cost_data()
-    for row in data["draft_cost"]:  # the route step 9's rule gives on an H200
-        rule = final_draft_route((9, 0), "auto", row["num_qo_heads"], row["num_kv_heads"], row["batch"])
-        row["final"]["kernel"] = "flashinfer-xqa" if rule is Prefill.XQA else "dflash-fi-final"
-    costs = read_costs(fresh_summary(tmp_path, data))
-    assert all(route_agrees(costs, s) for s in costs.shapes)
-    first = data["draft_cost"][0]["final"]  # the embedded pair at batch 1: fa2, whatever the rule's threshold
-    first["kernel"] = "flashinfer-xqa"
-    wrong = read_costs(fresh_summary(tmp_path, data))
-    assert not route_agrees(wrong, wrong.shapes[0]) and route_agrees(wrong, wrong.shapes[1])
-    assert routes_checked(costs) == (True, "") and routes_checked(wrong) == (False, wrong.shapes[0].name)
-    # Each build judged at the requests it drafted for: a batch drains as its requests finish, so a turn at a batch the
-    # rule sends to XQA also drafts for fewer requests, which the rule sends to fa2.
-    row = next(r for r in data["draft_cost"]
-               if final_draft_route((9, 0), "auto", r["num_qo_heads"], r["num_kv_heads"], r["batch"]) is Prefill.XQA)
-    row["final"]["kernel"] = "dflash-fi-final"  # most builds: fa2
-    row["final"]["routes"] = [{"kernel": "flashinfer-xqa", "num_reqs": row["batch"], "builds": 11},
-                              {"kernel": "dflash-fi-final", "num_reqs": 1, "builds": 65}]
-    def judged() -> bool:
-        read = read_costs(fresh_summary(tmp_path, data))
-        return route_agrees(read, next(s for s in read.shapes if (s.batch, s.heads) == (
-            row["batch"], (row["num_qo_heads"], row["num_kv_heads"]))))
-    assert judged()
-    row["final"]["routes"][1]["num_reqs"] = row["batch"]  # fa2 at the full batch: against the rule
-    assert not judged()
-    del data["draft_cost"][0]["num_qo_heads"]  # a shape whose drafter's heads were not recorded: nothing to judge
-    assert routes_checked(None) is None and routes_checked(read_costs(fresh_summary(tmp_path, data))) is None
-
-
-def test_notebook_08_describes_the_benchmarks_engines_as_the_benchmark_runs_them(tmp_path):
-    """Before a pass recorded them, notebook 08 describes the engine benchmark's engines from run ids alone: they are
-    the benchmark's; once recorded, they are read back with what vLLM resolved in each."""
-    from dflash_fi.errors import NoRecord
-    from dflash_fi.figures.cost_engines import planned_engines, planned_table, recorded_engines, resolved_columns
-    from dflash_fi.proof.bench.e2e import bench_runs, final_step
-    from dflash_fi.records.engine import EngineRecord
-    from dflash_fi.records.spec import RunSpec
-
-    runs = [r for pair in (P.Pair.EMBEDDED, P.Pair.QWEN3_4B_SHAPE) for r in bench_runs(pair)]
-    assert sorted(map(repr, (r for r, _ in planned_engines(final_step())))) == sorted(map(repr, runs))
-    assert planned_table(final_step()).count("\n") == len(runs) + 1
-    with pytest.raises(NoRecord):
-        recorded_engines(fresh_summary(tmp_path))
-    record = EngineRecord(RunSpec(run=runs[0], target="t", drafter="d"), True, cudagraph_mode="FULL_AND_PIECEWISE")
-    with pytest.raises(NoRecord):  # the section's data does not hold the engines: the rows beside it do
-        recorded_engines(fresh_summary(tmp_path, {**draft_cost_data(), "engines": [record.to_json()]}))
-    engines = recorded_engines(fresh_summary(tmp_path, rows={"engines": [record.to_json()]}))
-    assert [e.run for e in engines] == [runs[0]]
-    assert resolved_columns(engines)[P.label(runs[0])]["CUDA-graph mode"] == "FULL_AND_PIECEWISE"
-
-
-def test_notebook_08_says_whether_each_pairs_engines_differ_in_the_drafts_backend_alone():
-    from dflash_fi.figures.cost_engines import engines_verdict, planned_engines
-    from dflash_fi.proof.bench.e2e import final_step
-    from dflash_fi.records.engine import Backend, EngineRecord
-    from dflash_fi.records.spec import RunSpec
-
-    flash_attn = Backend("vllm.v1.attention.backends.flash_attn.FlashAttentionBackend", "FLASH_ATTN")
-    flashinfer = Backend("vllm.v1.attention.backends.flashinfer.FlashInferBackend", "FLASHINFER", final_step())
-
-    def records(twin=flash_attn, path_fa=2):
-        path = ("none", "pr", "path")
-        return [EngineRecord(RunSpec(run=run, target="t", drafter="d"), True, cudagraph_mode="FULL_AND_PIECEWISE",
-                             draft_backends=() if role == "none" else ({"a": flash_attn, "aa": twin}.get(role, flashinfer),),
-                             flash_attn_version=path_fa if role in path else 3)
-                for run, role in planned_engines(final_step())]
-    good = engines_verdict(records(), final_step())
-    assert good.endswith(". Each pair's three engines differ in the draft alone; the RTX 4090 path's run as its users "
-                         "would, whatever vLLM resolves there.")
-    assert "CUDA graphs FULL_AND_PIECEWISE without speculation, FULL_AND_PIECEWISE with step 4's draft" in good
-    assert good.startswith("embedded pair: CUDA graphs") and "the RTX 4090 path: FlashAttention 2 in all three" in good
-    assert "NOT what the comparisons need" in engines_verdict(records(twin=flashinfer), final_step())
-    assert "FlashAttention NOT 2 in every engine" in engines_verdict(records(path_fa=3), final_step())
-
-
-def test_acceptance_by_position_gives_a_run_its_own_style_whichever_runs_are_drawn(drawn, walkthrough):
-    import re
-
-    def style(fig, n):
-        line = fig.axes[0].lines[n]
-        return line.get_color(), line.get_marker(), line.get_linestyle()
-
-    two = figures.acceptance_by_position(walkthrough, [FLASH_ATTN, P.step_run(2)])  # notebook 02's
-    three = figures.acceptance_by_position(walkthrough, [FLASH_ATTN, P.step_run(2), P.step_run(3)])  # 03's
-    alone = figures.acceptance_by_position(walkthrough, [P.step_run(3)])
-    drawn(two), drawn(three), drawn(alone)
-    assert style(two, 0) == style(three, 0) and style(two, 1) == style(three, 1)
-    assert style(alone, 0) == style(three, 2) != style(three, 1)
-    taus = [t.splitlines()[0] for t in legend_texts(three) if ": tau " in t]
-    assert len(taus) == 3 and all(re.search(r": tau \d+\.\d{3}$", t) for t in taus)  # as the checks print tau
-
-
-def test_the_cost_table_names_the_fastest_flashinfer_kernel_where_the_route_is_not_it(tmp_path):
-    from dflash_fi.figures.costs import cost_table, read_costs
-
-    data = draft_cost_data()
-    row = data["draft_cost"][0]  # the embedded pair at batch 1: fa2 with its plan kept
-    row.update(fastest_flashinfer="flashinfer-xqa", kernel_outcome="MISSED")
-    row["kernels"][2]["ms"] = 0.0120
-    first = cost_table(read_costs(fresh_summary(tmp_path, data))).splitlines()[2]
-    assert "| fa2, kept plan 0.0140 (74%) / FlashAttention 0.0125 (82%) | XQA 0.0120 (45%): **missed** |" in first
-    assert "the route's: **met**" in cost_table(read_costs(fresh_summary(tmp_path))).splitlines()[2]
-
-
-def test_the_acceptance_verdicts_give_every_tau_to_three_decimals(walkthrough, reference):
-    import re
-
-    from dflash_fi.figures.acceptance import noncausal_fix_verdict, pr_tau_verdict
-
-    eager = {run: walkthrough[run] for run in (P.step_run(2), P.step_run(3), P.step_run(4)) if run in walkthrough}
-    for text in (pr_tau_verdict(eager, reference),
-                 noncausal_fix_verdict(walkthrough, [FLASH_ATTN, P.step_run(2), P.step_run(3)], reference)):
-        numbers = re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", text)
-        assert numbers and all(len(n.split(".")[1]) == 3 for n in numbers), text
-    steps = noncausal_fix_verdict(walkthrough, [FLASH_ATTN, P.step_run(2), P.step_run(3)], reference)
-    assert f"tau {walkthrough[P.step_run(3)].tau:.3f}" in steps and "step 2 starts below" in steps
-
-
-def test_acceptance_by_position_names_the_run_each_reference_curve_is_closest_to(drawn, walkthrough, reference):
-    from dflash_fi.figures.style import max_difference
-
-    runs = [FLASH_ATTN, P.step_run(2)]  # notebook 02's figure
-    fig = figures.acceptance_by_position(walkthrough, runs, reference=reference)
-    drawn(fig)
-    texts = legend_texts(fig)
-    for key, name in (("noncausal", "reference decoder, non-causal"), ("causal", "reference decoder, causal")):
-        curve = reference["per_position_acceptance"][key]
-        run, difference = min(((r, max_difference(curve, walkthrough[r].generate().acceptance.per_position))
-                               for r in runs), key=lambda x: x[1])
-        text = next(t for t in texts if t.startswith(name + "\n") or t == name)
-        assert f"{label(run)}: max difference {difference:.3f}" in text, text
-
-
-def test_the_rtx4090_gain_says_when_the_engines_graphs_differ_and_the_bottom_line_weighs_a_step(tmp_path):
-    from dflash_fi.figures.cost_verdicts import bottom_line
-    from dflash_fi.figures.costs import read_costs
-    from dflash_fi.figures.gains import gain_verdict
-
-    data = draft_cost_data()
-    for row in data["draft_cost"]:
-        row["flash_attn"]["step_ms"] = 2.3
-    costs = read_costs(fresh_summary(tmp_path, data))
-    same = {"none": "FULL_AND_PIECEWISE", "pr": "FULL_AND_PIECEWISE", "path": "FULL_AND_PIECEWISE"}
-    assert "not the draft's alone" not in gain_verdict(costs, same)
-    assert "(PIECEWISE with step 4's draft, FULL_AND_PIECEWISE with the final one" in gain_verdict(
-        costs, {**same, "pr": "PIECEWISE"})
-    # the Qwen3-4B shape at batch 32 costs +0.023 ms of attention and +0.001 of build: 1.0% of a 2.3-ms step
-    line = bottom_line(costs)
-    assert "That is 1.0% of the FLASH_ATTN draft's 2.30-ms decoding step (Qwen3-4B shape, batch 32; 1.2% at the" in line
-    assert "the FLASH_ATTN draft stays the better backend for the draft where they differ" in line

@@ -1,13 +1,16 @@
 """The notebooks: paired with their .py, one per part of the story, each ending with a check and a summary,
-committed executed on a GPU by the evidence pass, from the very code here (its summary records what each ran)."""
+committed executed on a GPU from the very sources they hold now."""
 
+import json
 from pathlib import Path
 
 import jupytext
 import nbformat
 import pytest
 
-import dflash_fi.records.summary as S
+import dflash_fi.summary as S
+from dflash_fi.evidence.notebooks import METADATA_KEY, source_sha256
+from dflash_fi.summary import step_hash
 from dflash_fi.notebook import STEPS_OF_NOTEBOOK
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -46,14 +49,20 @@ def test_pair_in_sync_and_shaped_like_a_lesson(script):
 
 
 @pytest.mark.parametrize("script", PAIRS, ids=lambda p: p.stem)
-def test_committed_notebook_holds_its_outputs_and_no_log_lines(script):
+def test_committed_notebook_is_executed_on_a_gpu_from_its_own_sources(script):
     nb = nbformat.read(script.with_suffix(".ipynb"), as_version=4)
     assert nb.metadata.get("kernelspec", {}).get("name") == "python3", "every notebook names its kernel"
+    executed = nb.metadata.get(METADATA_KEY) or {}
+    again = f"run `dflash-fi notebooks --only {script.stem[:2]}` on a GPU, in the evidence pass"
+    assert executed.get("source_sha256") == source_sha256(nb), (
+        f"the committed outputs were produced from other cells (stale): {again}")
+    assert executed.get("step_hash") == step_hash(), f"the committed outputs ran other step modules (stale): {again}"
+    assert executed.get("executed_on", "CPU") != "CPU" and executed.get("status") == "ok", executed
     code = code_cells(nb)
     assert all(c.execution_count is not None for c in code), "committed without outputs: run `dflash-fi notebooks`"
     first = "".join(o.get("text", "") for o in code[0].outputs)
-    assert "GPU" in first and "evidence:" in first, \
-        "the first output names the GPU (or its absence) and the evidence pass it reads"
+    assert "GPU " in first and "commit " in first, \
+        "the first output names the GPU (or its absence), versions and commit"
     assert not any(o.get("output_type") == "error" for c in code for o in c.outputs)
     vllm_lines = [line for c in code for o in c.outputs for line in o.get("text", "").splitlines()
                   if line.startswith(("INFO ", "WARNING ", "(EngineCore"))]
@@ -61,20 +70,23 @@ def test_committed_notebook_holds_its_outputs_and_no_log_lines(script):
 
 
 @pytest.mark.skipif(not list(S.EVIDENCE_DIR.glob("*.json")), reason="no GPU evidence pass committed yet")
-@pytest.mark.parametrize("script", PAIRS, ids=lambda p: p.stem)
-def test_each_notebook_ran_to_the_end_on_a_gpu_in_the_evidence_pass_from_the_code_here(script):
-    """The summary's record of the notebook's run (the one record: not the .ipynb's metadata) ran on a GPU, to the
-    end, and what it ran (its source, its steps as built, the plugin, the loader, the versions) is the code here."""
-    from dflash_fi.freshness import stale_notebook
-
+def test_every_notebook_comes_from_the_evidence_pass_of_the_summary():
     summary = S.read()
-    again = f"run `dflash-fi notebooks --only {script.stem[:2]}` on a GPU, in the evidence pass"
-    run = summary.notebooks().get(script.stem) if S.Section.NOTEBOOKS in summary.entries else None
-    assert run is not None, f"the evidence pass did not run {script.stem}: {again}"
-    assert run.status is S.NotebookStatus.RAN and run.executed_on != "CPU", f"{script.stem}: {run}"
-    stale = stale_notebook(summary, script.stem, STEPS_OF_NOTEBOOK[script.stem])
-    assert stale is None, (f"{script.stem}'s committed outputs ran other code ("
-                           f"{', '.join(stale.changed) if stale.recorded else 'not recorded'}): {again}")
+    steps = summary.entry(S.Section.WALKTHROUGH).provenance.step_hash
+    recorded = summary.entry(S.Section.NOTEBOOKS).data["notebooks"]
+    for script in PAIRS:
+        executed = nbformat.read(script.with_suffix(".ipynb"), as_version=4).metadata.get(METADATA_KEY) or {}
+        assert executed.get("step_hash") == steps, (
+            f"{script.stem} ran other step modules than the evidence pass: run the notebooks in the evidence pass")
+        assert recorded.get(script.stem, {}).get("source_sha256") == executed.get("source_sha256"), (
+            f"the summary's notebooks section does not record {script.stem}'s execution: run it in the evidence pass")
+
+
+def test_a_changed_cell_makes_the_recorded_execution_stale():
+    nb = json.loads(PAIRS[0].with_suffix(".ipynb").read_text())
+    before = source_sha256(nb)
+    nb["cells"][0]["source"] = "".join(nb["cells"][0]["source"]) + "\n"
+    assert source_sha256(nb) != before
 
 
 def test_every_figure_and_table_is_followed_by_a_verdict():
@@ -86,8 +98,8 @@ def test_every_figure_and_table_is_followed_by_a_verdict():
             draws = cell.cell_type == "code" and "appendix" not in cell.metadata.get("tags", []) and any(
                 name in cell.source for name in (
                     "block_masks(", "selector_grid(", "acceptance_by_position(", "tau_by_step(", "kernel_times(",
-                    "e2e_pairs(", "draft_step_time(", "routing_table(", "routing_rows(", "turns_table(", "kernel_pivot_table(",
-                    "draft_layer_path(", "priority_table(", "glossary_table(", "format_claims(",
+                    "e2e_pairs(", "draft_step_time(", "routing_table(", "turns_table(", "kernel_pivot_table(",
+                    "draft_layer_path(", "priority_table(", "glossary_table(", "lesson_map(", "format_claims(",
                     "kernel_against_flash_attn(", "targets_table(", "build_table(", "anatomy(", "build_summary(",
                     "plans_table(", "bound_planning_table(", "plan_reuse_table("))
             if draws:
@@ -106,10 +118,10 @@ def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch
     """On a GPU, setup's `live` runs start the engines at once; the live cell collects that run instead of
     starting a second one. Engines and the GPU reference decoder are doubles here (both need a GPU); the same
     path runs for real whenever the notebooks are executed on the GPU machine."""
-    from dflash_fi import notebook
-    from dflash_fi.notebook import runs as P
-    from dflash_fi.records.engine import EngineRecord, Failure, Phase
-    from dflash_fi.records.runs import label
+    from dflash_fi.engine.identity import label
+    from dflash_fi.evidence import live as notebook
+    from dflash_fi.engine.records import EngineRecord, Failure, Phase
+    from dflash_fi.evidence import plan as P
 
     started = []
 
@@ -118,8 +130,8 @@ def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch
         return [EngineRecord(spec, spec.run != P.step_run(0), None if spec.run != P.step_run(0) else
                              Failure("ValueError", "refused", Phase.SELECTION)) for spec in specs]
 
-    monkeypatch.setattr("dflash_fi.proof.engine.pool.run_engines", engines_double)
-    monkeypatch.setattr("dflash_fi.proof.engine.pool.share_gpus", lambda specs: (specs, ["0"]))
+    monkeypatch.setattr("dflash_fi.engine.pool.run_engines", engines_double)
+    monkeypatch.setattr("dflash_fi.engine.pool.share_gpus", lambda specs: (specs, ["0"]))
     monkeypatch.setattr("dflash_fi.reference.evaluate.evaluate_pair", lambda *args, **kwargs: {"tau_noncausal": 4.0})
     runs = [P.FLASH_ATTN, P.step_run(0)]
     session = notebook.Session(name="test", gpu=object())
@@ -131,28 +143,3 @@ def test_live_engines_start_in_the_first_cell_and_are_collected_once(monkeypatch
     without_gpu = notebook.Session(name="test")
     without_gpu.start_live(runs)
     assert without_gpu.run_live(runs) is None and started == [runs]
-
-
-def test_the_evidence_line_of_a_gpu_run_judges_what_it_reads_and_not_its_own_last_run(monkeypatch):
-    """On a GPU the execution is the notebook's run (the evidence pass records it when it ends), so its own last record
-    is not judged; the sections it reads are. Without a GPU the line judges both."""
-    import dflash_fi.records.summary as S
-    from dflash_fi.freshness import inputs
-    from dflash_fi.notebook import evidence_line
-    from dflash_fi.records.provenance import Provenance
-
-    def made(section, ran):
-        return S.Entry(section, Provenance("NVIDIA H200", "9.0", {}, "0" * 40, section.command,
-                                           "2026-12-05T01:00:00Z", inputs=ran), {})
-    old_run = S.NotebookRun(S.NotebookStatus.RAN, "NVIDIA H200", 40.0, {"source": "an older one"})
-    notebooks = made(S.Section.NOTEBOOKS, inputs(S.Section.NOTEBOOKS))
-    for walkthrough_ran, verdict in ((inputs(S.Section.WALKTHROUGH), "current"), ({"steps": "old"}, "older code")):
-        summary = S.Summary(S.EVIDENCE_DIR / "nvidia-h200.json",
-                            {S.Section.WALKTHROUGH: made(S.Section.WALKTHROUGH, walkthrough_ran),
-                             S.Section.NOTEBOOKS: notebooks})
-        monkeypatch.setattr(S, "read", lambda *a, _s=summary: _s)
-        monkeypatch.setattr(S.Summary, "notebooks", lambda self: {"04_trtllm_gating": old_run})
-        here = evidence_line("04_trtllm_gating", (S.Section.WALKTHROUGH,), running_on="NVIDIA H200")
-        assert here.startswith("evidence: this run, on the NVIDIA H200; walkthrough of the GPU pass of 2026-12-05, ")
-        assert verdict in here
-        assert "older code" in evidence_line("04_trtllm_gating", (S.Section.WALKTHROUGH,))  # its last run: older

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from dflash_fi.errors import BadInput
-from dflash_fi.proof.readme import README, RESULTS, blocks, pattern, results_page, update_readme
+from dflash_fi.readme import README, RESULTS, blocks, pattern, results_page, update_readme
 
 
 @pytest.mark.parametrize("name", ["step-table", "results-verdict", "notebook-list"])
@@ -15,34 +15,35 @@ def test_readme_block_is_generated_not_typed(name):
     assert block.group(2) == blocks()[name], "stale: run `dflash-fi report --update-readme`"
 
 
-def test_the_notebook_list_reads_the_summary_and_names_a_notebook_changed_after_its_run(tmp_path, monkeypatch):
-    import dflash_fi.records.summary as S
-    from dflash_fi import freshness
-    from dflash_fi.notebook import STEPS_OF_NOTEBOOK
-    from dflash_fi.proof import readme
+def test_the_notebook_list_names_a_notebook_changed_after_its_execution(tmp_path, monkeypatch):
+    import shutil
 
-    names = list(STEPS_OF_NOTEBOOK)[:3]
-    (tmp_path / "notebooks").mkdir()
-    for name in names:
+    import nbformat
+
+    from dflash_fi.evidence import notebooks
+    from dflash_fi.readme import notebook_list
+    from dflash_fi.summary import step_hash
+
+    for stem in ("00_dflash_and_the_problem", "01_choosing_a_backend"):
         for suffix in (".py", ".ipynb"):
-            (tmp_path / "notebooks" / f"{name}{suffix}").write_text(f"# # {name}\n" if suffix == ".py" else "{}")
-    ran = {name: S.NotebookRun(S.NotebookStatus.RAN, "NVIDIA H200", 1.0,
-                               freshness.notebook_inputs(name, STEPS_OF_NOTEBOOK[name], tmp_path)).to_json()
-           for name in names[:2]}  # the pass ran two of the three, at the code here
-    made = S.Provenance("NVIDIA H200", "9.0", {}, "abc1234", "dflash-fi notebooks", "2026-12-04T00:00:00Z")
-    S.write(S.Section.NOTEBOOKS, {"notebooks": ran}, made, root=tmp_path / "evidence")
-    changed = tmp_path / "notebooks" / f"{names[1]}.py"
-    changed.write_text(changed.read_text() + "One more sentence.\n")
-    monkeypatch.setattr(readme, "REPO_ROOT", tmp_path)
-    monkeypatch.setattr(readme, "_summary", lambda: S.read(tmp_path / "evidence"))
-    first, second, third = readme.notebook_list().splitlines()
-    assert first == f"- [`{names[0]}`](notebooks/{names[0]}.ipynb): {names[0]}"
-    assert "**not re-executed**: the evidence pass last ran it on the NVIDIA H200, other code than this; changed " \
-           "since: notebook;" in second and f"`dflash-fi notebooks --only {names[1][:2]}` on a GPU" in second
-    assert "**not executed** by the evidence pass" in third
-    (tmp_path / "notebooks" / f"{names[2]}.ipynb").unlink()
-    with pytest.raises(BadInput, match=f"{names[2]}.ipynb is missing .*jupytext --sync"):
-        readme.notebook_list()
+            shutil.copy(notebooks.NOTEBOOKS_DIR / f"{stem}{suffix}", tmp_path)
+    for path in tmp_path.glob("*.ipynb"):  # both as if executed at the step modules here
+        nb = nbformat.read(path, as_version=4)
+        nb.metadata["dflash_fi"] = {**nb.metadata.get("dflash_fi", {}), "source_sha256": notebooks.source_sha256(nb),
+                                    "step_hash": step_hash(), "executed_on": "NVIDIA H200", "commit": "abc1234"}
+        nbformat.write(nb, path)
+    changed = tmp_path / "01_choosing_a_backend.ipynb"
+    nb = nbformat.read(changed, as_version=4)
+    nb.cells[-1].source += "\nOne more sentence."
+    nbformat.write(nb, changed)
+    monkeypatch.setattr(notebooks, "NOTEBOOKS_DIR", tmp_path)
+    first, second = notebook_list().splitlines()
+    assert "not re-executed" not in first
+    assert "**not re-executed**: its outputs come from the run on the NVIDIA H200 at abc1234" in second
+    assert "`dflash-fi notebooks --only 01` on a GPU" in second
+    changed.unlink()
+    with pytest.raises(BadInput, match="01_choosing_a_backend.ipynb is missing .*jupytext --sync"):
+        notebook_list()
 
 
 def test_the_results_page_is_generated_not_typed():
@@ -83,40 +84,3 @@ def test_readme_links_what_exists():
     assert len(paths) >= 8
     missing = [p for p in sorted(paths) if "*" not in p and not (README.parent / p).is_file()]
     assert missing == []
-
-
-def test_the_results_page_names_commands_as_typed_and_notebooks_by_their_names_now():
-    """No machine path in a command; the step table sends each step to the notebook of the course map."""
-    from dflash_fi.notebook.steps import NOTEBOOK_OF_STEP
-
-    page = results_page()
-    assert not re.search(r"`/\S+/dflash-fi ", page), "a command shows a machine's path"
-    table = blocks()["step-table"]
-    assert all(f"`notebooks/{NOTEBOOK_OF_STEP[step]}`" in line for step, line in enumerate(table.splitlines()[2:]))
-
-
-def test_the_readme_and_the_results_page_carry_the_drafts_cost_once_recorded(tmp_path, monkeypatch):
-    """An engine benchmark with the draft's cost: the README's verdict counts its recorded verdicts and the RTX 4090
-    path's gains; docs/RESULTS.md gets its tables. One without it (an older pass's) has no such line."""
-    import sys
-    from pathlib import Path
-
-    from dflash_fi.proof import readme
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_figures import draft_cost_data, fresh_summary
-
-    data = {**draft_cost_data(), "targets": [], "warm_up_rounds": 1}
-    data["rtx4090"][1]["final_gain"] = {"value": 1.9, "low": 1.8, "high": 2.0}
-    monkeypatch.setattr(readme, "_summary", lambda: fresh_summary(tmp_path, data))
-    line = next(x for x in readme.verdict().splitlines() if "draft's cost" in x)
-    assert "at 6 shapes" in line and "at most the FLASH_ATTN draft's at 6 (0 missed, 0 unresolved)" in line
-    assert "DFlash with the final draft at 1.90-2.20x no speculation's tokens/s" in line and "step-4 draft at 2.10x" in line
-    assert "whole-engine targets" not in readme.verdict()  # none recorded: no line
-    from dflash_fi.proof.bench.draft_cost import latest_draft_cost
-    from dflash_fi.proof.bench.draft_report import results_section
-
-    page = "\n".join(results_section(latest_draft_cost(fresh_summary(tmp_path, data))))  # results_page's part
-    assert "## The draft's cost, inside the engine" in page and page.count("\n| embedded, ") == 6
-    monkeypatch.setattr(readme, "_summary", lambda: fresh_summary(tmp_path, {"targets": [], "warm_up_rounds": 1}))
-    assert "draft's cost" not in readme.verdict()

@@ -110,8 +110,7 @@ def markdown_px(source: str) -> float:
             i = j
         else:  # a paragraph, or a list: each item wrapped on its own
             j, items = i, []
-            while j < len(lines) and lines[j].strip() and (j == i or not (  # a paragraph may start "#48167 ...":
-                    lines[j].startswith(("```", "|")) or re.match(r"#{1,6} ", lines[j]))):  # only a heading ends it
+            while j < len(lines) and lines[j].strip() and not lines[j].startswith(("```", "#", "|")):
                 if re.match(r"\s*([-*+]|\d+\.) ", lines[j]) or not items:
                     items.append(lines[j].strip())
                 else:

@@ -9,16 +9,14 @@
     checks.py   what exercise N checks (the checks of steps 1..N), and step 1's: vLLM's selector
     builds.py   steps 2-4's: what the lab's `FlashInferMetadataBuilder.build()` does with the reader's module
 
-May import: dflash_fi.steps, dflash_fi.patched, dflash_fi.lab, dflash_fi.vocabulary, dflash_fi.errors,
-dflash_fi.upstream.
+May import: dflash_fi.steps, dflash_fi.patched, dflash_fi.lab, dflash_fi.vocabulary, dflash_fi.errors.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-MAY_IMPORT = ("dflash_fi.steps", "dflash_fi.patched", "dflash_fi.lab", "dflash_fi.vocabulary", "dflash_fi.errors",
-              "dflash_fi.upstream")
+MAY_IMPORT = ("dflash_fi.steps", "dflash_fi.patched", "dflash_fi.lab", "dflash_fi.vocabulary", "dflash_fi.errors")
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 
 

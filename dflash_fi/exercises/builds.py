@@ -139,22 +139,6 @@ def forward_runs_the_draft(module):
             return f"forward() ran the draft's prefill wrapper {run.call_count} times"
 
 
-def _merged() -> str:
-    from dflash_fi.upstream import MERGED
-
-    return MERGED
-
-
-def _late_refusal() -> str:
-    return ("build() refused it only after writing the page table. PR #43081 (merged in vLLM "
-            f"{_merged()}) refuses DCP at the top of build() but an NVFP4 cache that late, inside "
-            "_get_prefill_wrapper(); the lesson asks for both before build() writes any state, so a refused batch "
-            "leaves the builder's buffers as they were for the next one")
-
-
-LATE_REFUSAL = "build() refused it only after writing the page table"  # the line's start: what the tests find
-
-
 def refused_first(module, nvfp4: bool = False, **lab_kwargs):
     """A non-causal batch is refused (NotImplementedError) before build() writes anything."""
     with _lab(module, BLACKWELL, **lab_kwargs) as lab:
@@ -163,19 +147,15 @@ def refused_first(module, nvfp4: bool = False, **lab_kwargs):
             builder.is_kvcache_nvfp4 = True  # the one flag its NVFP4 branch reads (a real one needs CUDA buffers)
         buffers = [copy.deepcopy(b.np) for b in (builder.paged_kv_indptr, builder.paged_kv_indices)]
         try:
-            md = _build(lab, DRAFTS[0])
+            _build(lab, DRAFTS[0])
         except NotImplementedError:
             if any((b.np != saved).any() for b, saved in zip((builder.paged_kv_indptr, builder.paged_kv_indices),
                                                               buffers)):
-                return _late_refusal()
+                return "build() refused it only after writing the page table"
             return None
         except Exception as exc:  # e.g. a GPU call no CPU lab can make: build() went on with the batch
             return f"build() went on with it, until {type(exc).__name__}: {textwrap.shorten(str(exc), 60)}"
-        ran = ", ".join(type(part).__name__ for part in (md.prefill, md.decode) if part is not None)
-        return (f"build() returned metadata for it ({ran or 'no prefill, no decode'}). A refusal inside "
-                f"_get_prefill_wrapper() alone (where PR #43081, merged in vLLM {_merged()}, refuses an NVFP4 cache) "
-                "is never reached by a batch build() sends elsewhere; the lesson refuses at the top of build(), "
-                "whatever path follows")
+        return "build() returned metadata for it"
 
 
 # Step 4: no TRTLLM for a non-causal batch.
@@ -196,31 +176,3 @@ def one_warning(module):
         logged = [w for w in lab.warnings.warnings if w.hunk is not None]  # by the step's own lines
         if len(logged) != 1:
             return f"{len(logged)} warnings for {len(DRAFTS)} non-causal batches"
-
-
-def refusals(step: int) -> dict[str, tuple[str | None, bool]]:
-    """For decode context parallelism and an NVFP4 cache: the message of the NotImplementedError the project's step
-    `step` raises in build() for a DFlash draft batch (None: it raised none), and whether the caller's metadata, the
-    builder's page-table buffers and its non-causal wrapper are as they were."""
-    from vllm.config import set_current_vllm_config
-
-    from dflash_fi.lab.routing import RoutingLab
-
-    found = {}
-    for name, lab_kwargs in (("DCP", dict(dcp=True)), ("NVFP4", dict(capability=BLACKWELL))):
-        with RoutingLab(step, **lab_kwargs) as lab:
-            builder, _, config = lab.builders["draft"]
-            if name == "NVFP4":
-                builder.is_kvcache_nvfp4 = True  # an NVFP4 impl needs CUDA buffers; the builder's flag is what matters
-            cad = common_metadata(DRAFTS[0])
-            seq_lens, page_table = cad.seq_lens.clone(), builder.paged_kv_indptr.cpu.clone()
-            message = None
-            with set_current_vllm_config(config):
-                try:
-                    builder.build(0, cad)
-                except NotImplementedError as exc:
-                    message = str(exc)
-            untouched = (bool((cad.seq_lens == seq_lens).all()) and getattr(builder, "_noncausal_prefill_wrapper", None)
-                         is None and bool((builder.paged_kv_indptr.cpu == page_table).all()))
-            found[name] = (message, untouched)
-    return found

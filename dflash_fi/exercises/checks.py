@@ -17,9 +17,7 @@ from dflash_fi.vocabulary import CAPABILITIES, KV_CACHE_DTYPES, RTX_4090, sm
 
 
 @dataclass(frozen=True)
-class LabCheck:
-    """What the CPU lab asks of a FlashInfer backend module for one step (the evidence's checks judge GPU runs)."""
-
+class Check:
     step: int  # the step that brings it
     name: str  # a few words, for the line that says what still fails
     says: str  # what must hold
@@ -67,38 +65,37 @@ def _target_selection_as_stock(module):
 
 
 CHECKS = (
-    LabCheck(1, "selector accepts the draft", "vLLM's selector accepts FLASHINFER for the DFlash draft's layers "
-             "(use_non_causal=True) on every GPU and KV cache dtype", _selector_accepts_the_draft),
-    LabCheck(1, "RTX 4090 fp8 draft", "asked for no backend, vLLM gives the RTX 4090's draft with an fp8 KV cache "
-             "FLASHINFER (stock vLLM finds none)", _rtx_4090_fp8_draft_gets_flashinfer),
-    LabCheck(1, "target selection", "the target's layers get the backends stock vLLM gives them",
-             _target_selection_as_stock),
-    LabCheck(2, "draft all prefill", "a DFlash draft batch is all prefill (no decode kernel sees it), on SM 9.0 and on "
-             "SM 10.0 with TRTLLM", builds.drafts_all_prefill),
-    LabCheck(2, "metadata.causal", "FlashInferMetadata.causal is False for a draft batch, True for a target batch",
-             builds.metadata_says_causality),
-    LabCheck(2, "DFlash's check", "DFlash's own check passes (DFlashProposer asserts attn_metadata.causal is False on "
-             "every draft layer)", builds.dflash_check_passes),
-    LabCheck(2, "target routing", "causal target batches are routed as stock vLLM routes them, on SM 9.0 and on "
-             "SM 10.0 with TRTLLM", builds.targets_routed_as_stock),
-    LabCheck(3, "plan(causal=False)", "the draft batch's prefill is planned non-causal: plan(causal=False)",
-             builds.draft_planned_non_causal),
-    LabCheck(3, "a wrapper of its own", "the draft's plan survives a causal batch built next on the same builder "
-             "(plan() fixes a wrapper's causality)", builds.draft_plan_survives_a_causal_batch),
-    LabCheck(3, "forward()", "the draft layer's forward() runs the draft batch's metadata (its assertions agree with "
-             "the plan)", builds.forward_runs_the_draft),
-    LabCheck(3, "DCP refused", "with decode context parallelism, build() refuses a non-causal batch "
-             "(NotImplementedError) before it writes anything",
-             lambda m: builds.refused_first(m, trtllm=True, dcp=True)),
-    LabCheck(3, "NVFP4 refused", "with an NVFP4 KV cache, build() refuses a non-causal batch (NotImplementedError)",
-             lambda m: builds.refused_first(m, nvfp4=True)),
-    LabCheck(4, "no TRTLLM for the draft", "on SM 10.0 with TRTLLM, the draft batch runs FlashInfer's own prefill, "
-             "planned non-causal, not TRTLLM's causal-only kernels", builds.no_trtllm_for_the_draft),
-    LabCheck(4, "one warning", "on SM 10.0 with TRTLLM, the draft's non-causal batches log one warning, once",
-             builds.one_warning),
+    Check(1, "selector accepts the draft", "vLLM's selector accepts FLASHINFER for the DFlash draft's layers "
+          "(use_non_causal=True) on every GPU and KV cache dtype", _selector_accepts_the_draft),
+    Check(1, "RTX 4090 fp8 draft", "asked for no backend, vLLM gives the RTX 4090's draft with an fp8 KV cache "
+          "FLASHINFER (stock vLLM finds none)", _rtx_4090_fp8_draft_gets_flashinfer),
+    Check(1, "target selection", "the target's layers get the backends stock vLLM gives them",
+          _target_selection_as_stock),
+    Check(2, "draft all prefill", "a DFlash draft batch is all prefill (no decode kernel sees it), on SM 9.0 and on "
+          "SM 10.0 with TRTLLM", builds.drafts_all_prefill),
+    Check(2, "metadata.causal", "FlashInferMetadata.causal is False for a draft batch, True for a target batch",
+          builds.metadata_says_causality),
+    Check(2, "DFlash's check", "DFlash's own check passes (DFlashProposer asserts attn_metadata.causal is False on "
+          "every draft layer)", builds.dflash_check_passes),
+    Check(2, "target routing", "causal target batches are routed as stock vLLM routes them, on SM 9.0 and on SM 10.0 "
+          "with TRTLLM", builds.targets_routed_as_stock),
+    Check(3, "plan(causal=False)", "the draft batch's prefill is planned non-causal: plan(causal=False)",
+          builds.draft_planned_non_causal),
+    Check(3, "a wrapper of its own", "the draft's plan survives a causal batch built next on the same builder "
+          "(plan() fixes a wrapper's causality)", builds.draft_plan_survives_a_causal_batch),
+    Check(3, "forward()", "the draft layer's forward() runs the draft batch's metadata (its assertions agree with "
+          "the plan)", builds.forward_runs_the_draft),
+    Check(3, "DCP refused", "with decode context parallelism, build() refuses a non-causal batch "
+          "(NotImplementedError) before it writes anything", lambda m: builds.refused_first(m, trtllm=True, dcp=True)),
+    Check(3, "NVFP4 refused", "with an NVFP4 KV cache, build() refuses a non-causal batch (NotImplementedError)",
+          lambda m: builds.refused_first(m, nvfp4=True)),
+    Check(4, "no TRTLLM for the draft", "on SM 10.0 with TRTLLM, the draft batch runs FlashInfer's own prefill, "
+          "planned non-causal, not TRTLLM's causal-only kernels", builds.no_trtllm_for_the_draft),
+    Check(4, "one warning", "on SM 10.0 with TRTLLM, the draft's non-causal batches log one warning, once",
+          builds.one_warning),
 )
 
 
-def checks_of(step: int) -> tuple[LabCheck, ...]:
+def checks_of(step: int) -> tuple[Check, ...]:
     return tuple(c for c in CHECKS if c.step <= step)
 

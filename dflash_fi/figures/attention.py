@@ -65,7 +65,7 @@ def selector_grid(rows: list[dict]):
     plt = pyplot()
     cols = sorted({(r["capability"], r["kv_cache_dtype"]) for r in rows}, key=lambda c: (float(c[0]), c[1]))
     steps = sorted({r["step"] for r in rows})
-    fig, ax = plt.subplots(figsize=(1.9 * len(cols) + 1.8, 0.6 * len(steps) + 1.5), layout="constrained")
+    fig, ax = plt.subplots(figsize=(1.9 * len(cols) + 1.8, 0.9 * len(steps) + 1.8), layout="constrained")
     for i, step in enumerate(steps):
         for j, col in enumerate(cols):
             row = next(x for x in rows if x["step"] == step and (x["capability"], x["kv_cache_dtype"]) == col)
@@ -86,35 +86,3 @@ def selector_grid(rows: list[dict]):
     figure_legend(fig, [Patch(color=COLORS[k]) for k in SELECTOR_VERDICTS], list(SELECTOR_VERDICTS.values()),
                   ncol=3, title="FLASHINFER asked for by name; \"vLLM picks\": its choice when none is asked for")
     return fig
-
-
-def refusal_verdict(verdicts: list[dict]) -> str:
-    """From `lab.selector.backend_verdicts` (one GPU's list, in order): how many backends refuse, each reason with
-    the backends that give it, whether one is left, and FLASHINFER's own reasons."""
-    names = [v["backend"] for v in verdicts]
-    refused = [v for v in verdicts if v["reasons"]]
-    reasons = sorted({r for v in refused for r in v["reasons"]})
-    by_reason = "; ".join(f"'{r}' ({', '.join(v['backend'] for v in refused if r in v['reasons'])})" for r in reasons)
-    flashinfer = next((v["reasons"] for v in verdicts if v["backend"] == "FLASHINFER"), [])
-    accepted = [v["backend"] for v in verdicts if not v["reasons"]]
-    left = "Accepted: " + ", ".join(accepted) if accepted else "The draft has no backend"
-    return (f"{f'{len(refused)} of the' if accepted else 'all'} {len(verdicts)} backends of the list "
-            f"({', '.join(names)}) refuse: {by_reason}. {left}; FLASHINFER's "
-            + (f"only reason: '{flashinfer[0]}'." if len(flashinfer) == 1 else f"reasons: {flashinfer or 'none'}."))
-
-
-def rtx4090_verdict(record, made) -> str:
-    """Notebook 04's RTX 4090 case: `record` the engine record of the complete PR with FlashAttention forced to
-    version 2 and an FP8 cache, `made` the provenance of the machine it ran on: what vLLM's FlashAttention answers,
-    why the CPU lab's pretended 4090 refuses it an FP8 cache, the backends the layers ran on, the silicon."""
-    from dflash_fi.lab.selector import backend_verdicts
-    from dflash_fi.records.engine import short_backend
-    from dflash_fi.vocabulary import RTX_4090
-
-    ran = {role: ", ".join(sorted({short_backend(b) for b in backends}))
-           for role, backends in (("target", record.target_backends), ("draft", record.draft_backends))}
-    refusal = {v["backend"]: v["reasons"] for v in backend_verdicts(0, RTX_4090, "fp8", "target")}["FLASH_ATTN"]
-    return (f"vLLM's FlashAttention answers version {record.flash_attn_version}; on the CPU lab's pretended RTX 4090 "
-            f"it refuses an FP8 cache ('{'; '.join(refusal) or 'no reason'}'), and here the target's layers run on "
-            f"{ran['target']} and the draft's on {ran['draft']} (its tau: the chart below). Still not a real 4090: the "
-            f"silicon is {made.gpu} (SM {made.compute_capability}), and FlashInfer picks its kernels for that.")

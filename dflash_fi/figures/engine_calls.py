@@ -25,16 +25,9 @@ class Difference:
     value: object = None
     absent: bool = False
 
-    @property
-    def _argument(self) -> str:
-        return self.path[0] + "".join(f"[{key!r}]" for key in self.path[1:])
-
     def __str__(self) -> str:  # rendered for the table, never read back
-        return f"no {self._argument}" if self.absent else f"{self._argument}={self.value!r}"
-
-    def markdown(self) -> str:
-        """As a table cell: the code in a code span, "no" outside it."""
-        return f"no `{self._argument}`" if self.absent else f"`{self}`"
+        shown = self.path[0] + "".join(f"[{key!r}]" for key in self.path[1:])
+        return f"no {shown}" if self.absent else f"{shown}={self.value!r}"
 
 
 def common_call(calls: dict[str, dict]) -> tuple[dict, dict[str, list[Difference]]]:
@@ -85,10 +78,10 @@ def _unflatten(flat: dict) -> dict:
 
 
 def engine_calls(calls: dict[str, dict], steps: dict[str, int], env: str, order: tuple[str, ...],
-                 root=None, resolved: dict[str, dict[str, str]] | None = None) -> tuple[Listing, str]:
+                 root=None) -> tuple[Listing, str]:
     """calls: engine name -> its `LLM(**kwargs)`; steps: engine name -> the step `env` selects. The call all share
     (arguments in `order`, paths under `root` shown relative to it) as a listing, and a markdown table: each engine,
-    its step, what it changes, and `resolved`'s columns (engine name -> column -> text: what vLLM made of it)."""
+    its step, what it changes."""
     def relative(value):  # the same text on every machine
         if isinstance(value, dict):
             return {k: relative(v) for k, v in value.items()}
@@ -98,11 +91,9 @@ def engine_calls(calls: dict[str, dict], steps: dict[str, int], env: str, order:
     lines = ["import os", "from vllm import LLM", "",
              f"os.environ[{env!r}] = step  # FLASHINFER's step: the table's column 'step' (0: vLLM's own)",
              "llm = LLM(", *(f"    {name}={_argument(base[name])}," for name in order if name in base), ")"]
-    columns = list(dict.fromkeys(c for row in (resolved or {}).values() for c in row))
-    table = ["| engine | step | what it changes in the call above | " + "".join(f"{c} | " for c in columns),
-             "|---|---|---|" + "---|" * len(columns)]
-    table += [f"| {name} | {steps[name]} | " + ("; ".join(d.markdown() for d in differences[name]) or "nothing") + " | "
-              + "".join(f"{(resolved or {}).get(name, {}).get(c, '-')} | " for c in columns) for name in calls]
+    table = ["| engine | step | what it changes in the call above |", "|---|---|---|"]
+    table += [f"| {name} | {steps[name]} | " + ("; ".join(f"`{d}`" for d in differences[name]) or "nothing") + " |"
+              for name in calls]
     return code_block("\n".join(lines), f"The call every engine below makes ({len(calls)} engines, one process "
                       "each)"), "\n".join(table)
 

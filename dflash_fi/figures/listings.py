@@ -7,7 +7,6 @@ them: no stylesheet, no script), with the same text as `text/plain` for nbval an
     details_block(summary, body)   a collapsed <details> (the whole diff of a step, for whoever wants it)
     folded_markdown(summary, md)   a long markdown table, folded the same way (an appendix)
     excerpt(source, blocks)        only the lines of a source a reader needs, '...' between them
-    outline(function, notes)       a function's chosen lines in order, each with its note, '...' between them
     file_excerpt(path, start, ...) the same of a file that is no Python module (FlashInfer's C++ headers)
     wrapped_lines()                a with-block whose printed lines are wrapped at words (a browser breaks mid-word)
 
@@ -39,11 +38,8 @@ class Listing:
         return {"text/html": self.html, "text/plain": self.text}
 
 
-def cut(lines: list[str], max_lines: int | slice | None, what: str = "lines") -> tuple[list[str], str]:
-    """The first max_lines lines (or the slice of them), and a note saying how many were left out ('' when none)."""
-    if isinstance(max_lines, slice):
-        part = lines[max_lines]
-        return part, f"... {len(lines) - len(part)} {what} of it left out" if len(part) < len(lines) else ""
+def cut(lines: list[str], max_lines: int | None, what: str = "lines") -> tuple[list[str], str]:
+    """The first max_lines lines, and a note saying how many more there were ('' when none)."""
     if max_lines is None or len(lines) <= max_lines:
         return lines, ""
     return lines[:max_lines], f"... {len(lines) - max_lines} more {what}"
@@ -57,7 +53,7 @@ def _note(text: str) -> str:
     return f'<div style="font-size: 12px; color: #57606a; margin-top: 2px">{html.escape(text)}</div>' if text else ""
 
 
-def diff_block(diff: str, heading: str | None = None, max_lines: int | slice | None = MAX_LINES,
+def diff_block(diff: str, heading: str | None = None, max_lines: int | None = MAX_LINES,
                more: str = "") -> Listing:
     """A unified diff (its ---/+++ lines dropped) with its lines coloured; past max_lines cut, and the note says
     how much and where the rest is (`more`)."""
@@ -67,7 +63,7 @@ def diff_block(diff: str, heading: str | None = None, max_lines: int | slice | N
     return Listing(f"<div>{_heading(heading)}{body}{_note(note)}</div>", text)
 
 
-def _diff_lines(diff: str, max_lines: int | slice | None, more: str) -> tuple[list[str], str]:
+def _diff_lines(diff: str, max_lines: int | None, more: str) -> tuple[list[str], str]:
     lines = [line for line in diff.splitlines() if not line.startswith(("--- ", "+++ "))]
     shown, note = cut(lines, max_lines)
     return shown, f"{note}{': ' + more if note and more else ''}"
@@ -111,10 +107,9 @@ def code_block(code: str, heading: str | None = None, marked: tuple[int, ...] = 
 
 
 def hunk_blocks(step: int, hunks: list[dict], only: list[int] | None = None,
-                max_lines: int | dict[int, int | slice] | None = MAX_LINES, joined: bool = False) -> Listing:
+                max_lines: int | dict[int, int] | None = MAX_LINES, joined: bool = False) -> Listing:
     """The hunks numbered `only` (all by default), each under 'step N, hunk k of m: why', cut past `max_lines` (or
-    past max_lines[k] for hunk k, all of a hunk it leaves out; a slice: those of its lines, the part a lesson is
-    about); `joined`: in one box (no slices)."""
+    past max_lines[k] for hunk k, all of a hunk it leaves out); `joined`: in one box."""
     shown = [(f"step {step}, hunk {h['number']} of {h['of']}: {h['why']}", h["diff"],
               max_lines.get(h["number"]) if isinstance(max_lines, dict) else max_lines)
              for h in hunks if not only or h["number"] in only]
@@ -154,35 +149,14 @@ def file_excerpt(path, start: str, blocks: list[tuple[str, str]], mark: tuple[st
                  language: str = "python") -> Listing:
     """`excerpt` of a file's text from the first line matching `start` (kept as the excerpt's first line), headed by
     the file's path below the sys.path entry that holds it (wherever the machine installed it)."""
-    import sys
     from pathlib import Path
+
+    from dflash_fi.engine.instruments import importable_path
 
     lines = Path(path).read_text().splitlines()
     first = next(i for i, line in enumerate(lines) if re.search(start, line))
     code, marked = excerpt("\n".join(lines[first:]), blocks, mark, head=0)
-    parts = Path(path).parts
-    roots = [p for p in sys.path if p and str(path).startswith(p.rstrip("/") + "/")]  # the installed package's path
-    shown = ("/".join(parts[len(parts) - parts[::-1].index("site-packages"):]) if "site-packages" in parts else
-             str(path)[len(max(roots, key=len).rstrip("/")) + 1:] if roots else Path(path).name)
-    return code_block(code, shown, tuple(marked), language=language)
-
-
-def outline(function, notes: dict[str, str], heading: str | None = None) -> Listing:
-    """A function's source (as installed) in outline: for each regex of `notes`, in order, the first line after the
-    last one shown that matches it, with its note as a comment ('...' between); lines with a note stand out."""
-    import inspect
-    import textwrap
-
-    lines, out, at, previous = textwrap.dedent(inspect.getsource(function)).splitlines(), [], 0, None
-    for pattern, note in notes.items():
-        at = next(i for i in range(at, len(lines)) if re.search(pattern, lines[i]))
-        if previous is not None and at > previous + 1:  # lines left out: '...' at the next line's indent
-            out.append(" " * (len(lines[at]) - len(lines[at].lstrip())) + "...")
-        out.append(lines[at].split("  #")[0].rstrip() + (f"  # {note}" if note else ""))
-        previous, at = at, at + 1
-    text = "\n".join(out)
-    marked = [n + 1 for n, line in enumerate(text.splitlines()) if "  # " in line]
-    return code_block(text, heading or f"{function.__module__}.{function.__qualname__}, in outline", tuple(marked))
+    return code_block(code, importable_path(str(path)), tuple(marked), language=language)
 
 
 def stack(*listings: Listing) -> Listing:

@@ -66,20 +66,7 @@ def figure_legend(fig, handles, labels, ncol: int | None = None, title: str | No
 
 
 def short_run_label(run) -> str:
-    """A run (`dflash_fi.records.runs.RunId`) short enough for an axis: what drafts (the step, for FlashInfer's draft),
-    then what differs from the defaults."""
-    if not run.speculative:
-        parts = ["no speculation"]
-    elif run.draft_backend is None:
-        parts = [f"step {run.step}, selector's draft"]
-    else:
-        parts = [f"step {run.step}" if run.draft_backend == "FLASHINFER" else run.draft_backend]
-    if run.speculative and run.target_backend:
-        parts.append(f"{run.target_backend} target")
-    if run.kv_cache_dtype != "auto":
-        parts.append(f"{run.kv_cache_dtype} KV")
-    if run.flash_attn_version is not None:
-        parts.append(f"FA{run.flash_attn_version} forced")
-    if run.cuda_graphs:
-        parts.append("CUDA graphs")
-    return ", ".join(parts) + (f" (engine {run.replica + 1})" if run.replica else "")
+    """A run's label, short enough for an axis."""
+    from dflash_fi.engine.identity import label
+
+    return label(run).replace(" FLASHINFER draft", "").replace(" draft", "")

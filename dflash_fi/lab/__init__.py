@@ -7,8 +7,6 @@
     selector.py      which backend vLLM picks, per step x GPU x KV dtype x role, and why the others refuse
     batches.py       the draft and target batches routed       routing.py  what build() does with them
     graphs.py        what each step claims about CUDA graphs, and the mode vLLM's runner resolves
-    draft_build.py   steps 7-9 judged (notebook 07): the wait step 7 removes, timed (GPU); the route rule's named cases
-    draft_route.py   which kernel the final step's draft takes per GPU and shape (step 9's use_xqa_for_draft)
     hunks.py         each step's hunks one at a time: the diff of each, and where in flashinfer.py it lands
     merged.py        step 4 beside vLLM 0.24.0's own flashinfer.py (PR #43081 merged), build by build
     today.py         the places the lesson taught, in vLLM 0.22.1, 0.24.0 and 0.33.0's own code

@@ -1,4 +1,4 @@
-"""Double of the engine process (`python -m dflash_fi.proof.engine.child`), for the CPU: no vLLM engine can exist
+"""Double of the engine process (`python -m dflash_fi.engine.child`), for the CPU: no vLLM engine can exist
 without a GPU, but the turn-taking around it can be tested for real (processes, sockets, pauses, failures).
 
     python -m dflash_fi.lab.engine_double SPEC.json RESULT.json ADDRESS
@@ -6,9 +6,8 @@ without a GPU, but the turn-taking around it can be tested for real (processes, 
 It speaks the child's protocol: connects to ADDRESS, says it is ready, answers each benchmark turn (a round at one
 batch size) with a made-up batch run, and writes RESULT.json when told to stop. Its behaviour comes from its environment:
 DOUBLE_TOKENS_PER_S (tokens/s per request, default 100), DOUBLE_FAIL=start (exit before connecting, as an engine
-that fails to start does), DOUBLE_ROUND_S (seconds a turn takes, asleep), DOUBLE_BUSY_S (seconds of CPU work
-after each turn, as an idle vLLM engine's threads may do: what pausing idle engines is for), DOUBLE_DRAFT_MS and
-DOUBLE_ROUTE (the draft's timed attention and its route, where the spec's bench plan times the draft).
+that fails to start does), DOUBLE_ROUND_S (seconds a turn takes, asleep) and DOUBLE_BUSY_S (seconds of CPU work
+after each turn, as an idle vLLM engine's threads may do: what pausing idle engines is for).
 """
 
 from __future__ import annotations
@@ -21,23 +20,11 @@ from multiprocessing.connection import Client
 from pathlib import Path
 
 TOKENS_PER_S, FAIL, ROUND_S, BUSY_S = "DOUBLE_TOKENS_PER_S", "DOUBLE_FAIL", "DOUBLE_ROUND_S", "DOUBLE_BUSY_S"
-# The draft layers' GPU ms per draft forward, and the route its builds took ("XQADraft" or "FIPrefill:fa2" or
-# "FlashAttentionMetadata"): every draft records its route, only a spec that times the draft (`BenchPlan.time_draft`)
-# its time.
-DRAFT_MS, ROUTE = "DOUBLE_DRAFT_MS", "DOUBLE_ROUTE"
 
 
-def draft_attention(batch: int, timed: bool) -> dict:
-    metadata, _, backend = os.environ.get(ROUTE, "FlashAttentionMetadata").partition(":")
-    ms = float(os.environ.get(DRAFT_MS, 0.05)) * (1 + batch / 32) if timed else None
-    return {"layers": 2, "forwards": 10 if timed else 0, "median_ms": ms, "mean_ms": ms, "p10_ms": ms, "p90_ms": ms,
-            "routes": [{"metadata": metadata, "wrapper_backend": backend or None, "builds": 10}]}
-
-
-def batch_run(batch: int, time_draft: bool = False, speculative: bool = True) -> dict:
+def batch_run(batch: int) -> dict:
     tps = float(os.environ.get(TOKENS_PER_S, 100.0))
     generate = {"num_requests": 1, "generate_s": 1.0, "steps": 10.0, "tokens_sha256": "same",
-                "draft_attention": draft_attention(batch, time_draft) if speculative else None,
                 "acceptance": {"num_drafts": 10, "num_draft_tokens": 150, "num_accepted_tokens": 10,
                                "per_position": [0.5] * 15},
                 "builds": [{"key": {"role": "draft step", "backend": "FLASHINFER", "layers": 2}, "builds": 10,
@@ -49,13 +36,11 @@ def main(spec_path: str, result_path: str, address: str) -> int:
     if os.environ.get(FAIL) == "start":
         return 1
     rounds: dict[int, list] = {}
-    spec = json.loads(Path(spec_path).read_text())
-    time_draft, speculative = bool((spec.get("bench") or {}).get("time_draft")), spec["run"].get("speculative", True)
     with Client(address) as parent:
         parent.send({"ready": True})
         while (request := parent.recv()).get("round") is not None:
             time.sleep(float(os.environ.get(ROUND_S, 0)))
-            run = batch_run(request["batch"], time_draft, speculative)
+            run = batch_run(request["batch"])
             rounds.setdefault(request["round"], []).append(run)
             parent.send({"done": request["round"], "batches": [run]})
             busy_until = time.process_time() + float(os.environ.get(BUSY_S, 0))

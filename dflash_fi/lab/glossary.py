@@ -3,14 +3,12 @@
 Where vLLM's own code defines a word (its enums `AttentionCGSupport` and `CUDAGraphMode`, the GPUs it tells
 apart), the definition is generated from that code: vLLM 0.22.1's docstrings and mode methods, and the
 compute capabilities the CPU lab pretends to be. Each entry carries the regexes that find the word in a
-notebook's text: for the test that no notebook uses a word before the glossary defines it, and for `words_of`, the
-words a set of notebooks uses.
+notebook's text, for the test that no notebook uses a word before the glossary defines it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from dflash_fi.vocabulary import GPU_NAMES, sm
 
@@ -40,16 +38,6 @@ _WRITTEN = (
          "in parts and merged. Its split assumes causal new tokens."),
     Term("NVFP4", (r"NVFP4", r"nvfp4"), "NVIDIA's 4-bit floating-point format (4-bit values, one FP8 scale per block "
          "of 16). vLLM's FlashInfer backend serves an NVFP4 KV cache with TRTLLM kernels only."),
-    Term("layer group (attention group)", (r"layer groups?\b", r"attention groups?\b"),
-         "the layers of one model that share a backend and a KV-cache layout. vLLM builds one metadata object per "
-         "group and batch (one `build()` call), which all its layers read; the draft's layers are a group of their "
-         "own, apart from the target's."),
-    Term("attention sink", (r"attention[- ]sinks?",), "a learned per-head logit that some models add to the "
-         "softmax's denominator; FlashInfer serves such models with a wrapper of its own."),
-    Term("cascade attention", (r"\bcascade\b",), "where every request of a batch shares a long prefix, vLLM's "
-         "FlashInfer builder can attend over that prefix once for all of them and over each request's own tokens "
-         "apart, merging the two (FlashInfer's `MultiLevelCascadeAttentionWrapper`); `build()` chooses it per batch "
-         "(`use_cascade`), for causal batches."),
     Term("`plan()` and `run()`", (r"\bplan\(", r"\brun\("),
          "a FlashInfer wrapper's two calls. `plan(...)` takes the batch's shape and `causal`, picks a kernel and "
          "computes a work schedule on the host; `run(q, kv_cache)` launches it, once per layer. A *CUDA-graph "
@@ -64,7 +52,7 @@ _MEASURES = (
     Term("top-2 gap, nats", (r"top-2 gap", r"\bnats?\b"), "at one position of an output, the target's logprob of its "
          "best candidate minus that of its second best, in nats (natural-log units: 0.69 = twice as likely, 0 = a tie)."),
     Term("near-tie", (r"near-tie",), "a position where an output parts from its baseline's and the top-2 gap there is "
-         "within the near-tie margin (measured from pairs of correct engines, README): rounding can flip such "
+         "within the near-tie margin (measured from correct engines, notebook 9's appendix): rounding can flip such "
          "a choice. A parting at a larger gap, a *confident token*, fails a check."),
     Term("the mixed workload", (r"mixed workload",), "prompts of many lengths with many `max_tokens`, more requests "
          "than `max_num_seqs`: prefills run beside decodes and batches change shape. The walkthrough runs it "
@@ -86,6 +74,9 @@ _MEASURES = (
          "with its why."),
     Term("XQA", (r"\bXQA\b",), "FlashInfer's decode kernel from TensorRT-LLM: it reads vLLM's block table itself, "
          "with no `plan()`."),
+    Term("#48167 (a bare number)", (r"(?<!PR )#\d{4,}",), "a vLLM pull request (PR) by its number on GitHub, "
+         "vllm-project/vllm: PR #43081 is the change this tutorial rebuilds (steps 1-4); #48167 is upstream's later "
+         "fix of FlashInfer's CUDA-graph claim (step 5)."),
 )
 
 
@@ -101,27 +92,6 @@ def _enum_docstrings(enum) -> dict[str, str]:
                                                                                                  ast.Constant):
             docs[statement.targets[0].id] = " ".join(str(following.value.value).split())
     return docs
-
-
-def _backend_terms() -> tuple[Term, Term]:
-    """The two backends of the CUDA priority lists that no lesson is about, from their classes in vLLM."""
-    from vllm.v1.attention.backends.registry import AttentionBackendEnum
-
-    def facts(name: str) -> tuple[type, str]:
-        cls = AttentionBackendEnum[name].get_class()
-        kv = ", ".join(str(d) for d in cls.supported_kv_cache_dtypes)
-        return cls, (f"Its KV cache dtypes: {kv}; non-causal attention: "
-                     f"{'supported' if cls.supports_non_causal() else 'not supported'}.")
-
-    flex, flex_facts = facts("FLEX_ATTENTION")
-    turbo, turbo_facts = facts("TURBOQUANT")
-    return (
-        Term("`FLEX_ATTENTION`", (r"FLEX_ATTENTION",), "vLLM's backend on PyTorch's FlexAttention "
-             f"(`torch.nn.attention.flex_attention`): general and slower, late in the priority lists. {flex_facts}",
-             f"{flex.__module__}.{flex.__name__}"),
-        Term("`TURBOQUANT`", (r"TURBOQUANT",), f"vLLM's docstring: \"{' '.join((turbo.__doc__ or '').split())}\" "
-             f"Last in the CUDA priority lists. {turbo_facts}", f"{turbo.__module__}.{turbo.__name__}"),
-    )
 
 
 def _graph_terms() -> tuple[Term, Term]:
@@ -146,60 +116,14 @@ def _graph_terms() -> tuple[Term, Term]:
     )
 
 
-def _pr_term() -> Term:
-    """The pull requests the course cites by number, from `dflash_fi.upstream.CLAIMS`: the one steps 1-4 rebuild,
-    then upstream's, each with the steps whose claims cite it."""
-    import re
-
-    from dflash_fi.steps import PR_43081_STEPS
-    from dflash_fi.upstream import CLAIMS
-
-    steps: dict[str, set[int]] = {}
-    named = {}  # as the claims name it: "#57352 (open)"
-    for c in CLAIMS:
-        for pr in c.prs:
-            number = re.match(r"#\d+", pr)[0]
-            steps.setdefault(number, set()).add(c.step)
-            named[number] = max(named.get(number, ""), pr, key=len)
-    rebuilt = sorted(n for n, s in steps.items() if s <= set(PR_43081_STEPS))
-    later = sorted(set(steps) - set(rebuilt))
-    return Term(f"vLLM PR numbers ({', '.join(rebuilt + later)})", (r"(?<!PR )#\d{4,}",),
-                "a pull request (PR) to vLLM (github.com/vllm-project/vllm) by its number: PR "
-                f"{' and '.join(rebuilt)} is the change this tutorial rebuilds (steps {PR_43081_STEPS[0]}-"
-                f"{PR_43081_STEPS[-1]}); upstream's later ones, with the steps they bear on: "
-                + "; ".join(f"{named[n]}: step{'s' * (len(steps[n]) > 1)} {', '.join(map(str, sorted(steps[n])))}"
-                            for n in later) + ".")
-
-
 def glossary() -> list[Term]:
     """Every term, in the order the glossary shows them (imports vLLM's enums)."""
     gpus = ", ".join(f"SM {sm(c)} {name}" for c, name in GPU_NAMES.items())
     written = [Term(t.term, t.patterns, t.definition.format(gpus=gpus)) for t in _WRITTEN]
-    return [*written, *_backend_terms(), *_graph_terms(), *_MEASURES, _pr_term()]
+    return [*written, *_graph_terms(), *_MEASURES]
 
 
 def glossary_table(terms: list[Term] | None = None) -> str:
     """Markdown: one row per term."""
     rows = [f"| {t.term} | {t.definition.replace('|', '/')} |" for t in (terms or glossary())]
     return "\n".join(["| word | what it means here |", "|---|---|", *rows])
-
-
-class Words(NamedTuple):
-    notebooks: list[str]  # the notebooks asked about, by stem, in order
-    basic: list[Term]  # the words with no pattern: every notebook leans on them
-    used: list[Term]  # the words those notebooks name, in glossary order
-
-
-def words_of(steps, terms: list[Term] | None = None) -> Words:
-    """Which glossary words a reader of the notebooks that teach these steps meets: the terms whose patterns occur
-    in those notebooks' sources (notebooks/<stem>.py)."""
-    import re
-
-    from dflash_fi.stack import REPO_ROOT
-    from dflash_fi.steps.course import NOTEBOOK_OF_STEP
-
-    terms = terms or glossary()
-    notebooks = sorted({NOTEBOOK_OF_STEP[step] for step in steps})
-    text = "\n".join((REPO_ROOT / "notebooks" / f"{nb}.py").read_text() for nb in notebooks)
-    return Words(notebooks, [t for t in terms if not t.patterns],
-                 [t for t in terms if any(re.search(p, text) for p in t.patterns)])

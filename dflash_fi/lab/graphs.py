@@ -69,8 +69,7 @@ def cudagraph_claims(step: int, capability=HOPPER, trtllm: bool = False, kv_cach
 
 
 def format_claims(rows: list[dict]) -> str:
-    lines = ["| step | SM | TRTLLM | FlashInfer claims (engine config) | FlashInfer claims (draft config) "
-             "| engine resolves |",
+    lines = ["| step | SM | TRTLLM | FlashInfer claims (engine config) | (draft config) | engine resolves |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['step']} | {r['capability']} | {'yes' if r['trtllm_available'] else 'no'} | "

@@ -1,6 +1,5 @@
 """The host-work lab's results as markdown tables (notebook 07): each takes what a `dflash_fi.lab.host_work` function
-returned (its rows, or its rows per KV dtype), so that a notebook computes once and both shows and checks the same
-rows."""
+returned, keyed by step (or KV dtype), so that a notebook computes once and both shows and checks the same rows."""
 
 from __future__ import annotations
 
@@ -8,6 +7,41 @@ from __future__ import annotations
 def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                       *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)])
+
+
+DRAFT_BUILD_ROWS = (("`seq_lens` copied from the GPU (waits for it)", "copied_from_gpu"),
+                    ("page offsets `plan()` schedules from (host)", "planned_indptr"),
+                    ("page offsets the kernel reads (GPU)", "kernel_indptr"),
+                    ("`max_token_per_sequence` told to `plan()`", "max_token_per_sequence"),
+                    ("`disable_split_kv` told to `plan()`", "disable_split_kv"))
+
+
+def draft_build_table(builds: dict[int, dict]) -> str:
+    """step -> `draft_build_reads_gpu_lengths(step)`: one column per step."""
+    return _table(["a DFlash draft batch's build", *(f"step {s}" for s in builds)],
+                  [[name, *(b[key] for b in builds.values())] for name, key in DRAFT_BUILD_ROWS])
+
+
+def runner_table(runner: dict[int, list[dict]]) -> str:
+    """step -> `runner_builds_for_draft_layers(step)`: per target batch, whether each step planned for the draft
+    layers."""
+    steps = list(runner)
+    return _table(["target batch, built for the draft layers", *(f"step {s}: planned" for s in steps)],
+                  [[rows[0]["batch"], *(r["planned"] for r in rows)] for rows in zip(*runner.values())])
+
+
+def plans_table(over: dict[int, list[dict]]) -> str:
+    """step -> `plans_over_draft_steps(step)`: totals over the draft steps, one column per step."""
+    totals = (("`plan()` calls", lambda rows: sum(r["plans"] for r in rows)),
+              ("copies of `seq_lens` from the GPU", lambda rows: sum(r["copied_from_gpu"] for r in rows)),
+              ("launches of step 8's page-table kernel", lambda rows: sum(r["page_table_launches"] or 0 for r in rows)),
+              ("steps whose `run()` reads the exact page table",
+               lambda rows: sum(r["reads_exact_page_table"] for r in rows)),
+              ("steps that keep rows of requests that left", lambda rows: sum(r["empty_rows"] > 0 for r in rows)),
+              ("... whose rows read no query and no page",
+               lambda rows: sum(r["empty_rows"] > 0 and r["empty_rows_read_nothing"] for r in rows)))
+    return _table(["over one decode's draft steps", *(f"step {s}" for s in over)],
+                  [[name, *(total(rows) for rows in over.values())] for name, total in totals])
 
 
 def bound_planning_table(rows: list[dict]) -> str:

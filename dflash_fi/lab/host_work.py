@@ -147,11 +147,11 @@ def exact_page_table(cad) -> tuple[list[int], list[int], list[int]]:
 
 
 def plans_over_draft_steps(step: int, steps=PLAN_REUSE_STEPS, capability=HOPPER) -> list[dict]:
-    """CPU. One decode's draft steps (`steps`) through step `step`'s real builder, stand-in wrappers (step 8's
-    page-table kernel runs under Triton's interpreter). Per draft step: its live requests, the plan() calls its
-    build made, whether it copied seq_lens from the GPU, the launches of step 8's page-table kernel (None before step
-    8), whether the page table the wrapper's run() reads is the exact lengths', the rows past the batch it reads
-    (requests that left a plan that holds: step 8 only), and whether those have neither queries nor pages."""
+    """CPU. One decode's draft steps (`steps`) through step `step`'s real builder, wrappers doubles (step 8's page-table
+    kernel runs under Triton's interpreter). Per draft step: the plan() calls its build made, whether it copied
+    seq_lens from the GPU, the launches of step 8's page-table kernel (None before step 8), whether the page table
+    the wrapper's run() reads is the exact lengths', and the rows past the batch it reads (requests that left a plan
+    that holds: step 8 only), and whether those have neither queries nor pages."""
     from vllm.config import set_current_vllm_config
 
     rows = []
@@ -172,7 +172,7 @@ def plans_over_draft_steps(step: int, steps=PLAN_REUSE_STEPS, capability=HOPPER)
             qo_indptr = wrapper._qo_indptr_buf.tolist()
             rows.append({"draft_step": index, "batch": draft.batch.name, "expects_plan": draft.expects_plan,
                          "plans": len(wrapper.plans) - plans, "copied_from_gpu": cad._seq_lens_cpu is not None,
-                         "requests": n, "page_table_launches": len(kernel.launches) - launches if kernel else None,
+                         "page_table_launches": len(kernel.launches) - launches if kernel else None,
                          "reads_exact_page_table": read == exact_page_table(cad),
                          "empty_rows": len(all_indptr) - 1 - n,
                          "empty_rows_read_nothing": set(all_indptr[n:]) == {indptr[-1]}

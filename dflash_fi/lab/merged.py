@@ -7,8 +7,7 @@ against 0.22.1's modules as it is; one name means something else there: `PIN_MEM
 
 `compare(configs, seeds)` builds the standard batches and seeded random draft and target batches under both, for each
 configuration (GPU, KV-cache dtype, TRTLLM, DCP), and keeps each decision as data (`Decision`); `difference(build)`
-names why two decisions differ (`Difference`), or that nothing explains it; `tally(builds)` counts them. Nothing runs
-at import.
+names why two decisions differ (`Difference`), or says that nothing explains it. Nothing runs at import.
 """
 
 from __future__ import annotations
@@ -24,18 +23,26 @@ from unittest import mock
 import torch
 
 from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
-from dflash_fi.lab.routes import Decode, Prefill
 from dflash_fi.lab.routing import RoutingLab
 from dflash_fi.vocabulary import BLACKWELL, DRAFT_BLOCK_SIZE, HOPPER, RTX_4090
 
 MERGED_STEP = 4  # the step that is PR #43081 complete
 
 
-class BuilderStage(enum.Enum):
-    """Where an implementation refused: making the builder, or its build() of the batch."""
+class Prefill(enum.Enum):
+    TRTLLM = "TRTLLM prefill"
+    CAUSAL_WRAPPER = "FlashInfer's shared causal prefill wrapper"
+    NON_CAUSAL_WRAPPER = "FlashInfer's separate non-causal prefill wrapper"
 
-    INIT = enum.auto()
-    BUILD = enum.auto()
+
+class Decode(enum.Enum):
+    TRTLLM = "TRTLLM decode"
+    FLASHINFER = "FlashInfer's decode wrapper"
+
+
+class Phase(enum.Enum):
+    INIT = "when the builder is made"
+    BUILD = "in build()"
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,7 @@ class Config:
 
 @dataclass(frozen=True)
 class Refusal:
-    stage: BuilderStage
+    phase: Phase
     error: type  # the exception's class
     wrote_page_table: bool  # the builder had computed the batch's page table (_compute_flashinfer_kv_metadata) first
 
@@ -88,10 +95,9 @@ class Difference(enum.Enum):
     NVFP4_NEEDS_SM100F = ("vLLM 0.24.0 refuses an NVFP4 KV cache off SM 10.x when the builder is made (#43669, "
                           "another PR in 0.24.0: FlashInfer's FP4 attention exists for sm100f only); vLLM 0.22.1, "
                           "under step 4, makes the builder")
-    NVFP4_REFUSED_LATER = ("both refuse a non-causal batch on an NVFP4 KV cache; 0.24.0 only in "
-                           "`_get_prefill_wrapper`, after it wrote the page table (and logged its TRTLLM warning); "
-                           "step 3 refuses first thing in `build()`, on purpose: a refused batch leaves the builder "
-                           "as it was")
+    NVFP4_REFUSED_LATER = ("both refuse a non-causal batch on an NVFP4 KV cache; 0.24.0 only in _get_prefill_wrapper, "
+                           "after it wrote the page table (and logged its TRTLLM warning), step 3 first thing in "
+                           "build(), on purpose: a refused batch leaves the builder as it was")
     UNEXPLAINED = "nothing above explains it"
 
 
@@ -100,36 +106,13 @@ def difference(build: Build) -> Difference | None:
     if not differing:
         return None
     if (build.config.kv_cache_dtype == "nvfp4" and build.config.capability[0] != 10 and b.refusal is not None
-            and b.refusal.stage is BuilderStage.INIT and b.refusal.error is ValueError):
+            and b.refusal.phase is Phase.INIT and b.refusal.error is ValueError):
         return Difference.NVFP4_NEEDS_SM100F
     if (build.config.kv_cache_dtype == "nvfp4" and differing <= {"refusal", "warned"} and a.refusal and b.refusal
-            and (a.refusal.stage, a.refusal.error) == (b.refusal.stage, b.refusal.error)
+            and (a.refusal.phase, a.refusal.error) == (b.refusal.phase, b.refusal.error)
             and not a.refusal.wrote_page_table and not a.warned and b.refusal.wrote_page_table):
         return Difference.NVFP4_REFUSED_LATER
     return Difference.UNEXPLAINED
-
-
-@dataclass(frozen=True)
-class Tally:
-    """`compare`'s builds counted: how many decide alike, which differ, why, and over how many configurations."""
-    builds: int
-    alike: int
-    differ: tuple[Build, ...]
-    kinds: tuple[Difference, ...]  # the kinds of difference found, by name
-    configs: int
-    mixed: int  # configurations with builds both alike and not
-
-    @property
-    def nvfp4_only(self) -> bool:
-        return all(b.config.kv_cache_dtype == "nvfp4" for b in self.differ)
-
-
-def tally(builds: list[Build]) -> Tally:
-    kinds = {b: difference(b) for b in builds}
-    differ = tuple(b for b in builds if kinds[b] is not None)
-    alike, named = {b.config for b in builds if kinds[b] is None}, sorted({kinds[b] for b in differ}, key=lambda k: k.name)
-    return Tally(len(builds), len(builds) - len(differ), differ, tuple(named), len({b.config for b in builds}),
-                 len(alike & {b.config for b in differ}))
 
 
 class MergedLab(RoutingLab):
@@ -197,7 +180,7 @@ def decide(lab: RoutingLab, config: Config, role_builders: dict, batch: Batch) -
     with set_current_vllm_config(vllm_config):
         cudagraph = type(lab.builders[batch.role][0]).get_cudagraph_support(vllm_config, spec)
     if isinstance(builder, Exception):
-        return Decision(selected, cudagraph, Refusal(BuilderStage.INIT, type(builder), False))
+        return Decision(selected, cudagraph, Refusal(Phase.INIT, type(builder), False))
     warned_before, cad = len(lab.warnings.records), common_metadata(batch)
     page_table = mock.patch.object(builder, "_compute_flashinfer_kv_metadata",
                                    wraps=builder._compute_flashinfer_kv_metadata)
@@ -205,13 +188,13 @@ def decide(lab: RoutingLab, config: Config, role_builders: dict, batch: Batch) -
         with set_current_vllm_config(vllm_config), page_table as computed:
             md = builder.build(0, cad)
     except NotImplementedError as exc:
-        return Decision(selected, cudagraph, Refusal(BuilderStage.BUILD, type(exc), computed.called),
+        return Decision(selected, cudagraph, Refusal(Phase.BUILD, type(exc), computed.called),
                         warned=len(lab.warnings.records) > warned_before)
     prefill = plan = None
     if md.prefill is not None:
         wrapper = getattr(md.prefill, "wrapper", None)
-        prefill = (Prefill.TRTLLM if wrapper is None else Prefill.NON_CAUSAL
-                   if wrapper is getattr(builder, "_noncausal_prefill_wrapper", None) else Prefill.SHARED_CAUSAL)
+        prefill = (Prefill.TRTLLM if wrapper is None else Prefill.NON_CAUSAL_WRAPPER
+                   if wrapper is getattr(builder, "_noncausal_prefill_wrapper", None) else Prefill.CAUSAL_WRAPPER)
         # DCP's wrapper plans two: the context (never causal) and the new tokens
         planned = [wrapper] if hasattr(wrapper, "plans") else [getattr(wrapper, n, None)
                                                                for n in ("_context", "_new_tokens")]

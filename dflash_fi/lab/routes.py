@@ -1,17 +1,17 @@
 """What the CPU lab finds a batch becomes, as types: the path of its decode and prefill requests, vLLM's refusals as
-the exceptions vLLM raised, the warnings a step logs as the hunk that logs them. Text only at the edge: `path_label`,
-`route_line` and `route_cell` render a route for a reader, `dflash-fi routing --json` renders the types as JSON
-(`dflash_fi.commands.render_json`); code compares the types.
+the exceptions vLLM raised, the warnings a step logs as the hunk that logs them. Text only at the edge: `label`,
+`route_line` and `route_cell` render a route for a reader; code compares the types.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum, auto
 
 from dflash_fi.lab.batches import Batch
 from dflash_fi.steps.patching import Hunk
+from dflash_fi.vocabulary import sm
 
 
 class Decode(Enum):
@@ -127,6 +127,14 @@ class RoutingReport:
         """The warnings logged by lines the steps' hunks added (stock vLLM's flashinfer.py logs none)."""
         return tuple(w for w in self.warnings if w.hunk is not None)
 
+    def to_json(self) -> dict:
+        """JSON-ready data (`dflash-fi routing --json`): paths by enum name, exceptions by class and message, warnings
+        by the hunk that logs them."""
+        return {"step": self.step, "capability": sm(self.capability), "trtllm_available": self.trtllm_available,
+                "kv_cache_dtype": self.kv_cache_dtype, "cuda_graphs": self.cuda_graphs,
+                "routes": [{f.name: _plain(getattr(r, f.name)) for f in fields(r)} for r in self.routes],
+                "step_warnings": [{f.name: _plain(getattr(w, f.name)) for f in fields(w)} for w in self.step_warnings]}
+
 
 LABELS = {
     Decode.FLASHINFER: "FlashInfer decode wrapper", Decode.TRTLLM: "TRTLLM decode",
@@ -137,7 +145,7 @@ LABELS = {
 }
 
 
-def path_label(path: Decode | Prefill | None, route: Route | None = None) -> str:
+def label(path: Decode | Prefill | None, route: Route | None = None) -> str:
     """A path as a reader reads it (a CUDA-graph wrapper with its batch size)."""
     if path is None:
         return "-"
@@ -145,7 +153,7 @@ def path_label(path: Decode | Prefill | None, route: Route | None = None) -> str
 
 
 def paths(route: Route) -> str:
-    return " + ".join(path_label(p, route) for p in (route.decode, route.prefill) if p is not None)
+    return " + ".join(label(p, route) for p in (route.decode, route.prefill) if p is not None)
 
 
 def refusal(raised: Raised) -> str:
@@ -174,17 +182,19 @@ def route_line(route: Route) -> str:
             f"{paths(route)}{plan}, metadata.causal={metadata_causal(route)}{check}")
 
 
-def route_parts(route: Route) -> tuple[tuple[str, ...], ...]:
-    """One route, short, as a table cell's parts: groups of parts (what `dflash_fi.notebook.changed_rows` compares)."""
-    if route.refused is not None:
-        return ((f"{route.refused.cls.__name__} (refused)",),)
-    first = (f"{route.num_decodes} decode + {route.num_prefills} prefill: {paths(route)}",
-             *(() if route.plan_causal is None else (f"plan causal={route.plan_causal}",)))
-    draft = (((f"metadata.causal={metadata_causal(route)}",), (f"DFlash check {dflash_check(route)}",))
-             if route.dflash_check_passed is not None else ())
-    return (first, *draft)
-
-
 def route_cell(route: Route) -> str:
     """One route, short, for a table cell."""
-    return "; ".join(", ".join(group) for group in route_parts(route))
+    if route.refused is not None:
+        return f"{route.refused.cls.__name__} (refused)"
+    plan = "" if route.plan_causal is None else f", plan causal={route.plan_causal}"
+    draft = (f"; metadata.causal={metadata_causal(route)}; DFlash check {dflash_check(route)}"
+             if route.dflash_check_passed is not None else "")
+    return f"{route.num_decodes} decode + {route.num_prefills} prefill: {paths(route)}{plan}{draft}"
+
+
+def _plain(value):
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, Raised):
+        return {"type": value.cls.__name__, "message": str(value.error)}
+    return value.name if isinstance(value, Batch) else value.why if isinstance(value, Hunk) else value

@@ -17,7 +17,7 @@ from unittest import mock
 import torch
 
 from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
-from dflash_fi.lab.routes import Decode, Prefill, Raised, Route, RoutingReport, WarningCollector, route_cell, route_line, route_parts
+from dflash_fi.lab.routes import Decode, Prefill, Raised, Route, RoutingReport, WarningCollector, route_cell, route_line
 from dflash_fi.models import DEFAULT_DRAFTER, DEFAULT_TARGET
 from dflash_fi.vocabulary import BLACKWELL, HOPPER, KV_PAGE_SIZE, NUM_SPECULATIVE_TOKENS, sm
 
@@ -228,14 +228,6 @@ def format_routing(report: RoutingReport) -> str:
     lines += [f"  {route_line(r)}" for r in report.routes]
     lines += [f"  warning (logged once): {w.message}" for w in report.step_warnings]
     return "\n".join(lines)
-
-
-def routing_rows(steps, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto",
-                 cuda_graphs: bool = False) -> tuple[list[str], list[list]]:
-    """`routing_table`'s columns and rows, each route as its parts (`route_parts`), for `changed_rows`."""
-    reports = {s: routing_report(s, trtllm, capability, kv_cache_dtype, cuda_graphs) for s in steps}
-    return (["batch", *(f"step {s}" for s in steps)],
-            [[batch.name, *(route_parts(reports[s].routes[i]) for s in steps)] for i, batch in enumerate(STANDARD_BATCHES)])
 
 
 def routing_table(steps, capability=HOPPER, trtllm: bool = False, kv_cache_dtype: str = "auto",

@@ -11,7 +11,6 @@ The target's layers ask as causal layers; DFlash's draft layers ask with `use_no
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from types import ModuleType
 
 import torch
@@ -20,7 +19,7 @@ from dflash_fi.lab.pretend_gpu import pretend_gpu
 from dflash_fi.lab.routes import Raised
 from dflash_fi.models import DEFAULT_TARGET
 from dflash_fi.plugin import using_step
-from dflash_fi.vocabulary import CAPABILITIES, KV_CACHE_DTYPE_NAMES, KV_CACHE_DTYPES, sm
+from dflash_fi.vocabulary import CAPABILITIES, KV_CACHE_DTYPES, sm
 
 ROLES = (("target", False), ("draft", True))  # (role, use_non_causal)
 
@@ -176,10 +175,10 @@ def priority_inputs() -> list[str]:
     return list(inspect.signature(cuda._get_backend_priorities).parameters)
 
 
-def priority_table(capabilities=CAPABILITIES, step: int = 0, roles=tuple(dict(ROLES))) -> str:
-    """Markdown: each GPU's priority list, then what vLLM picks from it for the `roles` named (the target's layers,
-    the draft's: use_non_causal=True) at `step`, per KV dtype, when no backend is asked for."""
-    from dflash_fi.vocabulary import GPU_NAMES
+def priority_table(capabilities=CAPABILITIES, step: int = 0) -> str:
+    """Markdown: each GPU's priority list, then what vLLM picks from it for the target's layers and for the draft's
+    (use_non_causal=True) at `step`, per KV dtype, when no backend is asked for."""
+    from dflash_fi.vocabulary import GPU_NAMES, KV_CACHE_DTYPE_NAMES
 
     lists = priority_lists(capabilities)
     picks = {(r["capability"], r["kv_cache_dtype"], r["role"]): r["auto_backend"] or "**none**"
@@ -190,59 +189,8 @@ def priority_table(capabilities=CAPABILITIES, step: int = 0, roles=tuple(dict(RO
     for i in range(max(map(len, lists.values()))):
         lines.append(f"| priority {i} | " + " | ".join(
             f"`{lists[c][i]}`" if i < len(lists[c]) else "" for c in columns) + " |")
-    for role in roles:
+    for role, _ in ROLES:
         for kv in KV_CACHE_DTYPES:
             lines.append(f"| {role} picks ({KV_CACHE_DTYPE_NAMES[kv]} KV) | " + " | ".join(
                 picks[c, kv, role] for c in columns) + " |")
     return "\n".join(lines)
-
-
-def column(capability: str, kv_cache_dtype: str) -> str:
-    """A GPU x KV cache column of the selector grid, as a reader names it."""
-    return f"SM {capability} + {KV_CACHE_DTYPE_NAMES[kv_cache_dtype]} KV"
-
-
-@dataclass(frozen=True)
-class PickChange:
-    capability: str  # "8.9"
-    kv_cache_dtype: str  # "auto" or "fp8"
-    before: str | None  # None: no backend accepts the draft
-    after: str | None
-
-    @property
-    def column(self) -> str:
-        return column(self.capability, self.kv_cache_dtype)
-
-
-@dataclass(frozen=True)
-class PickChanges:
-    """The draft's selection, one step against another, per GPU x KV cache column."""
-
-    columns: int
-    refused_before: int  # columns where FLASHINFER, asked for, refuses the draft for `reason`
-    accepted_after: int  # columns where FLASHINFER, asked for, accepts the draft
-    changed: tuple[PickChange, ...]  # where vLLM's own pick (nothing asked for) changes
-    flashinfer_first: tuple[str, ...]  # GPUs whose list puts FLASHINFER before FLASH_ATTN
-    unserved_before: tuple[tuple[str, str], ...]  # the (GPU, KV cache) columns where no backend accepted the draft
-    predicted: tuple[tuple[str, str], ...]  # the (GPU, KV cache) columns where the lists say the pick must change
-
-    @property
-    def as_the_lists_say(self) -> bool:
-        return bool(self.changed) and tuple((c.capability, c.kv_cache_dtype) for c in self.changed) == self.predicted
-
-
-def pick_changes(rows: list[dict], lists: dict[str, list[str]], reason: str, before: int = 0,
-                 after: int = 1) -> PickChanges:
-    """From `selector_matrix`'s draft rows for both steps and `priority_lists`: what changes. The pick may change
-    only where FLASHINFER comes before FLASH_ATTN in the GPU's list, or where nothing accepted the draft before."""
-    first = {gpu: order.index("FLASHINFER") < order.index("FLASH_ATTN") for gpu, order in lists.items()}
-    was, now = ({(r["capability"], r["kv_cache_dtype"]): r for r in rows if r["step"] == step and r["role"] == "draft"}
-                for step in (before, after))
-    return PickChanges(
-        columns=len(was), refused_before=sum(reason in r["flashinfer_reasons"] for r in was.values()),
-        accepted_after=sum(r["flashinfer_reasons"] == [] for r in now.values()),
-        changed=tuple(PickChange(*key, was[key]["auto_backend"], now[key]["auto_backend"]) for key in now
-                      if was[key]["auto_backend"] != now[key]["auto_backend"]),
-        flashinfer_first=tuple(gpu for gpu, ahead in first.items() if ahead),
-        unserved_before=tuple(key for key in was if was[key]["auto_backend"] is None),
-        predicted=tuple(key for key in now if first[key[0]] or was[key]["auto_backend"] is None))

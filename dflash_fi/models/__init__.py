@@ -14,13 +14,15 @@ import json
 from pathlib import Path
 
 from dflash_fi.errors import BadInput, MissingModelFiles
-# The embedded pair's defaults are named where a run's spec is (records, the bottom package).
-from dflash_fi.records.spec import (DEFAULT_DRAFTER, DEFAULT_NEW_TOKENS, DEFAULT_NUM_PROMPTS,  # noqa: F401
-                                    DEFAULT_PROMPTS, DEFAULT_TARGET)
 
-MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.vocabulary", "dflash_fi.errors", "dflash_fi.stack", "dflash_fi.records")
+MAY_IMPORT = ("dflash_fi.reference", "dflash_fi.vocabulary", "dflash_fi.errors", "dflash_fi.stack")
 
 MODELS_DIR = Path(__file__).resolve().parent
+DEFAULT_TARGET = MODELS_DIR / "target"
+DEFAULT_DRAFTER = MODELS_DIR / "drafter"
+DEFAULT_PROMPTS = MODELS_DIR / "prompts.json"
+# What the walkthrough and a single run decode by default: held-out prompts x new tokens each.
+DEFAULT_NUM_PROMPTS, DEFAULT_NEW_TOKENS = 32, 128
 # The reference decoder on 2 CPU cores: well under a minute (it re-runs the target every step).
 CPU_REFERENCE_PROMPTS = 16
 CPU_REFERENCE_NEW_TOKENS = 96

@@ -7,14 +7,14 @@
     step 4  + TRTLLM gating                             (correct on Blackwell too; PR #43081 ends here)
     step 5  + what upstream fixed next, faster kernel   (#48167's CUDA-graph claim; fa2 for DFlash blocks)
     step 6  + CUDA-graph prefill wrappers, causal only  (the engine keeps its full decode graphs)
-    step 7  + plans from host bounds                    (no wait on the GPU; no build nobody reads)
+    step 7  + no host overhead                          (plans from host bounds; no build nobody reads)
     step 8  + plan once                                 (a draft plan reused while its shape holds)
-    step 9  + the draft on XQA where it is faster       (SM 9.0, by shape: no plan(), no page table for DFlash blocks)
+    step 9  + the draft on XQA                          (SM 9.0: no plan(), no page table for DFlash blocks)
 
 A step module holds only its hunks: text replacements in vLLM's own `flashinfer.py`, read from the
 installed wheel. `backend_module(n)` is the module whose `FlashInferBackend` vLLM uses at step n;
 `hunk_diff(n)` is the unified diff from step n-1 to step n, committed as docs/steps/stepN.diff for readers without
-vLLM (`python -m dflash_fi.steps.diffs` rewrites them). `course.py` says which notebook teaches which step.
+vLLM (`python -m dflash_fi.steps.diffs` rewrites them).
 
 May import: dflash_fi.errors, dflash_fi.stack (for the installed version in an error message).
 """
@@ -62,18 +62,6 @@ def check_step(step: int | str) -> int:
 def step_module(step: int | str) -> ModuleType:
     """The module holding step n's hunks (cheap: imports no vLLM)."""
     return importlib.import_module(STEP_MODULES[check_step(step)])
-
-
-# Each step in a few words, for tables (its module's docstring opens with "Step N - " and these words, and says more).
-STEP_NAMES = {0: "stock", 1: "the capability flag", 2: "the `causal` metadata field",
-              3: "a separate non-causal prefill wrapper", 4: "keep non-causal batches off TRTLLM",
-              5: "what upstream fixed next", 6: "CUDA-graph prefill wrappers for causal uniform batches",
-              7: "plans from host bounds", 8: "plan once", 9: "the DFlash draft on FlashInfer's XQA kernel"}
-
-
-def step_name(step: int | str) -> str:
-    """Step n in a few words, e.g. 'plan once'."""
-    return STEP_NAMES[check_step(step)]
 
 
 def step_title(step: int | str) -> str:

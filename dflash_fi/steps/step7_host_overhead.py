@@ -1,4 +1,4 @@
-"""Step 7 - plans from host bounds: the FlashInfer draft waits for no GPU work and builds nothing nobody reads.
+"""Step 7 - no host overhead: the FlashInfer draft plans from host-side bounds and builds nothing nobody reads.
 
 With step 6 the engine keeps its full CUDA graphs, but each decoding step still pays for FlashInfer metadata
 on the host where the FLASH_ATTN draft pays almost nothing (`dflash-fi bench e2e`):
@@ -13,9 +13,7 @@ on the host where the FLASH_ATTN draft pays almost nothing (`dflash-fi bench e2e
   Such a batch does not split a request's KV into chunks: the kernel sizes its partial outputs from the
   exact length and the merge would follow the bound's chunks (measured on the GPU: with split KV, a bound
   one page over a chunk boundary gave wrong attention; `tests/gpu`). A draft block is 16 queries per request,
-  so the batches that lose split KV are the smallest with the longest contexts. FlashInfer has no public way to
-  hand `run()` a page table other than the one `plan()` copied, so the builder points the wrapper at its own
-  buffers, in one method that holds every write of FlashInfer's private state (`_write_wrapper_private_state`).
+  so the batches that lose split KV are the smallest with the longest contexts.
 - **A build nobody reads.** The model runner builds metadata for every attention group on every step.
   With a FLASH_ATTN target, DFlash's FlashInfer draft layers form a group of their own, so each target step
   planned FlashInfer for layers that only ever run on the drafter's own (non-causal) builds. A builder
@@ -117,8 +115,7 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 ''',
     ),
     Hunk(
-        why="the page-table buffers filled from host-side bounds (host) and exact lengths (GPU), and the one place "
-        "run() is pointed at the exact ones (FlashInfer's private wrapper state)",
+        why="the page-table buffers filled from host-side bounds (host) and exact lengths (GPU)",
         old='''    def build(
         self,
         common_prefix_len: int,
@@ -139,9 +136,8 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 
         The CPU buffers, which plan() schedules from, hold the bounds. The GPU
         buffers, which the kernel reads, get the exact layout, computed on the
-        GPU from `seq_lens` (_fill_exact_paged_kv): nothing waits for the GPU.
-        Returns paged_kv_indices, sized by the bounds; the kernel reads only the
-        exact pages.
+        GPU from `seq_lens`: nothing waits for the GPU. Returns paged_kv_indices,
+        sized by the bounds; the kernel reads only the exact pages.
         """
         np.cumsum(
             bound_num_blocks_np,
@@ -154,18 +150,7 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
             page_size,
             bound_last_page_len_np,
         )
-        self._fill_exact_paged_kv(seq_lens, block_table_tensor, num_reqs)
-        return self.paged_kv_indices.gpu[: self.paged_kv_indptr.np[num_reqs]]
 
-    def _fill_exact_paged_kv(
-        self,
-        seq_lens: torch.Tensor,
-        block_table_tensor: torch.Tensor,
-        num_reqs: int,
-    ) -> None:
-        """paged_kv_indptr, paged_kv_indices and paged_kv_last_page_len of the
-        exact seq_lens, written into the GPU buffers by GPU ops."""
-        page_size = self.page_size
         seq_lens = seq_lens[:num_reqs]
         paged_kv_indptr = self.paged_kv_indptr.gpu[: num_reqs + 1]
         paged_kv_indptr[:1] = 0
@@ -181,32 +166,17 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
             seq_lens,  # 0 where it is not > 0
             out=self.paged_kv_last_page_len.gpu[:num_reqs],
         )
+        paged_kv_indices = self.paged_kv_indices.gpu[
+            : self.paged_kv_indptr.np[num_reqs]
+        ]
         _copy_page_indices_kernel[(num_reqs,)](
-            self.paged_kv_indices.gpu,  # written at paged_kv_indptr's exact offsets
+            paged_kv_indices,
             block_table_tensor,
             block_table_tensor.stride(0),
             paged_kv_indptr,
             BLOCK_SIZE=1024,
         )
-
-    def _write_wrapper_private_state(
-        self,
-        wrapper: BatchPrefillWithPagedKVCacheWrapper,
-        seq_lens: torch.Tensor,
-        num_reqs: int,
-    ) -> None:
-        """The one place this builder writes FlashInfer's private wrapper state:
-        FlashInfer has no public way to hand run() a page table other than the
-        one plan() copied. A batch planned from host bounds has the bounds' page
-        table on the GPU; run() reads the exact one _fill_exact_paged_kv wrote,
-        and the exact lengths."""
-        wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[: num_reqs + 1]
-        wrapper._paged_kv_last_page_len_buf = self.paged_kv_last_page_len.gpu[
-            :num_reqs
-        ]
-        wrapper._kv_lens_buffer[:num_reqs].copy_(
-            seq_lens[:num_reqs], non_blocking=True
-        )
+        return paged_kv_indices
 
     def build(
         self,
@@ -300,8 +270,14 @@ from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
                     if plan_from_bounds:
                         # plan() copied the bounds to the GPU; run() reads the exact
                         # page table (and lengths) instead.
-                        self._write_wrapper_private_state(
-                            prefill_wrapper, seq_lens, num_reqs
+                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
+                            : num_reqs + 1
+                        ]
+                        prefill_wrapper._paged_kv_last_page_len_buf = (
+                            self.paged_kv_last_page_len.gpu[:num_reqs]
+                        )
+                        prefill_wrapper._kv_lens_buffer[:num_reqs].copy_(
+                            seq_lens[:num_reqs], non_blocking=True
                         )
                 attn_metadata.prefill = FIPrefill(wrapper=prefill_wrapper)
 ''',

@@ -17,37 +17,36 @@ time. FLASH_ATTN's draft build does none of that (`fast_build=True`: no ahead-of
   the key of the non-causal wrapper's plan, (num_reqs, max_query_len), and a draft batch that matches it is not
   planned again (nor one with fewer requests, below): DFlash's blocks are 16 queries per request, so from step to
   step the contexts grow and the key stays. The key holds for uniform blocks only (every query max_query_len long,
-  which one integer of `query_start_loc_cpu` tells), where it fixes `qo_indptr`: the key is compared, not the
-  whole array, because comparing `qo_indptr`'s host copy would cost the host as much as the kernel launch. Any other
-  plan of that wrapper (non-uniform queries, a non-causal batch with exact host lengths) clears it.
+  which one integer of `query_start_loc_cpu` tells), where it fixes `qo_indptr`: comparing the whole array instead
+  (`np.array_equal` on its host copy) cost the host as much as the kernel launch
+  (a build profile taken then, in git history). Any other plan of that wrapper (non-uniform queries, a non-causal
+  batch with exact host lengths) clears it.
 - **The plan holds while requests leave.** A request that leaves the batch keeps its row of the plan, empty: the
-  builder sets the row's `qo_indptr` entries to the total (no queries; once per departure) and the page-table kernel
-  gives it no pages (every step). FA2's kernel bounds every load and store of a request by its query length
+  builder sets the row's `qo_indptr` entries to the total (no queries, in the plan's own `_qo_indptr_buf`, and the
+  total `run()` checks q's rows against, `_qo_indptr_last`; once per departure) and the page-table kernel gives it
+  no pages (every step). FA2's kernel bounds every load and store of a request by its query length
   (`load_q_global_smem`, `write_o_reg_gmem` in `prefill.cuh`), so an empty row reads and writes nothing, provided it
   is one query tile: with several, a later tile would compute its KV range as if the row had queries. FA2's plan
   never tiles a uniform batch shorter than its packed query length (block length times query heads per KV head) when
   that is at most 64 (`FA2DetermineCtaTileQ` in `utils.cuh`): a 16-query DFlash block with up to 4 query heads per
   KV head; above that, a departure plans again. A request that joins (the batch outgrows the rows that still have
-  queries) plans again, at the new size, so a plan never keeps more empty rows than requests have left since.
-  Keeping the plan through departures matters because a real batch's requests finish at different steps: planned
-  again at each departure, the trained pair's draft builds at batch 8 and 32 would cost the host more per step than
-  a batch whose requests all finish together. One wrapper serves every size: a cache
+  queries) plans again, at the new size, so a plan never keeps more empty rows than requests have left since. Step 8
+  as first landed planned again at every departure too, and the trained pair's requests finish at different steps:
+  its draft builds at batch 8 and 32 cost the host more per step than the Qwen3-4B shape's at batch 32, whose
+  requests all finish together. One wrapper serves every size: a cache
   of wrappers per batch size would bring each its own 8 MB integer workspace on the GPU and 8 MB of pinned host
   memory.
 - **The exact page table in one launch.** A Triton kernel next to vLLM's `_copy_page_indices_kernel` writes
   `paged_kv_indptr`, `paged_kv_last_page_len` and `paged_kv_indices` from `seq_lens` and the block table, one
   program per row of the plan (each sums the pages of the rows before it; rows past the batch get none), into the
-  builder's persistent GPU buffers; it replaces the five GPU ops step 7's `_fill_exact_paged_kv` launched. After
-  its first launch the builder launches the compiled kernel itself: Triton's dispatch (binding the arguments,
-  specializing on them, looking the kernel up; `JITFunction.run`) costs the host more than the launch, and the kernel
-  is declared not to specialize on what changes between calls (`do_not_specialize`).
-- **FlashInfer's private state, in one place.** `_write_wrapper_private_state` (step 7's, replaced) is the only code
-  that writes a wrapper's private fields, each for a reason FlashInfer offers no public way to serve: after
-  `plan()`, `run()` is pointed at the builder's page-table buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
-  `_paged_kv_last_page_len_buf`), which every build that keeps the plan rewrites; on a departure, the emptied rows'
-  `_qo_indptr_buf` entries and `_qo_indptr_last` (the total `run()` checks q's rows against). Step 7's copy of
-  `seq_lens` into `_kv_lens_buffer` goes: FA2's `run()` never hands that buffer to its kernel (in FlashInfer's
-  `prefill.py` only the trtllm-gen kernel reads it).
+  builder's persistent GPU buffers. After its first launch the builder launches the compiled kernel itself: Triton's
+  dispatch (binding the arguments, specializing on them, looking the kernel up) cost the host more than the launch
+  in the profile taken before this hunk (`JITFunction.run` against
+  the launcher), and the kernel is declared not to specialize on what changes between calls (`do_not_specialize`).
+  The planned wrapper's `run()` reads those buffers (`_paged_kv_indptr_buf`, `_paged_kv_indices_buf`,
+  `_paged_kv_last_page_len_buf`); its plan and its `_qo_indptr_buf` are plan()'s own and hold with the key. Step 7's
+  copy of `seq_lens` into the wrapper's `_kv_lens_buffer` goes: FA2's `run()` never hands that buffer to its kernel
+  (in FlashInfer's `prefill.py` only the trtllm-gen kernel reads it).
 - **A short path through build().** A draft batch whose plan holds gets its metadata from that one launch and the
   few fields `forward()` reads. Everything else takes the general path: causal batches, non-causal batches with
   exact host lengths, and a new key (planned from the bounds as at step 7, its page table written by the same
@@ -83,10 +82,6 @@ HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
             block_ids,
             mask=i + offset < num_blocks,
         )
-
-
-# Block table entries a program of _fill_paged_kv_kernel handles per iteration.
-_FILL_PAGED_KV_BLOCK_SIZE = 1024
 
 
 @triton.jit(
@@ -136,19 +131,8 @@ def _fill_paged_kv_kernel(
 ''',
     ),
     Hunk(
-        why="replaces step 7's _fill_exact_paged_kv (five GPU ops) with one launch of that kernel, launched "
-        "without Triton's dispatch once compiled; and step 7's _write_wrapper_private_state with this step's, "
-        "which also empties the rows of requests that left a kept plan",
-        old='''    def _fill_exact_paged_kv(
-        self,
-        seq_lens: torch.Tensor,
-        block_table_tensor: torch.Tensor,
-        num_reqs: int,
-    ) -> None:
-        """paged_kv_indptr, paged_kv_indices and paged_kv_last_page_len of the
-        exact seq_lens, written into the GPU buffers by GPU ops."""
-        page_size = self.page_size
-        seq_lens = seq_lens[:num_reqs]
+        why="the exact page table written on the GPU in one kernel launch, without Triton's dispatch once compiled",
+        old='''        seq_lens = seq_lens[:num_reqs]
         paged_kv_indptr = self.paged_kv_indptr.gpu[: num_reqs + 1]
         paged_kv_indptr[:1] = 0
         torch.cumsum(
@@ -163,34 +147,22 @@ def _fill_paged_kv_kernel(
             seq_lens,  # 0 where it is not > 0
             out=self.paged_kv_last_page_len.gpu[:num_reqs],
         )
+        paged_kv_indices = self.paged_kv_indices.gpu[
+            : self.paged_kv_indptr.np[num_reqs]
+        ]
         _copy_page_indices_kernel[(num_reqs,)](
-            self.paged_kv_indices.gpu,  # written at paged_kv_indptr's exact offsets
+            paged_kv_indices,
             block_table_tensor,
             block_table_tensor.stride(0),
             paged_kv_indptr,
             BLOCK_SIZE=1024,
         )
-
-    def _write_wrapper_private_state(
-        self,
-        wrapper: BatchPrefillWithPagedKVCacheWrapper,
-        seq_lens: torch.Tensor,
-        num_reqs: int,
-    ) -> None:
-        """The one place this builder writes FlashInfer's private wrapper state:
-        FlashInfer has no public way to hand run() a page table other than the
-        one plan() copied. A batch planned from host bounds has the bounds' page
-        table on the GPU; run() reads the exact one _fill_exact_paged_kv wrote,
-        and the exact lengths."""
-        wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[: num_reqs + 1]
-        wrapper._paged_kv_last_page_len_buf = self.paged_kv_last_page_len.gpu[
-            :num_reqs
-        ]
-        wrapper._kv_lens_buffer[:num_reqs].copy_(
-            seq_lens[:num_reqs], non_blocking=True
-        )
+        return paged_kv_indices
 ''',
-        new='''    def _fill_exact_paged_kv(
+        new='''        self._fill_exact_paged_kv(seq_lens, block_table_tensor, num_reqs)
+        return self.paged_kv_indices.gpu[: self.paged_kv_indptr.np[num_reqs]]
+
+    def _fill_exact_paged_kv(
         self,
         seq_lens: torch.Tensor,
         block_table_tensor: torch.Tensor,
@@ -199,7 +171,7 @@ def _fill_paged_kv_kernel(
     ) -> None:
         """paged_kv_indptr, paged_kv_indices and paged_kv_last_page_len of the
         exact seq_lens, written into the GPU buffers in one launch; rows from
-        num_reqs up to num_rows (requests that left a kept plan) get no pages."""
+        num_reqs up to num_rows (requests that left a held plan) get no pages."""
         args = (
             self.paged_kv_indptr.gpu,
             self.paged_kv_indices.gpu,
@@ -209,50 +181,16 @@ def _fill_paged_kv_kernel(
             block_table_tensor.stride(0),
             num_reqs,
         )
-        constexprs = {  # in the kernel's parameter order
-            "PAGE_SIZE": self.page_size,
-            "BLOCK_SIZE": _FILL_PAGED_KV_BLOCK_SIZE,
-        }
         grid = (num_rows or num_reqs, 1, 1)
         if self._fill_paged_kv_compiled is not None:
             # Triton's dispatch (binding, specialization, cache lookup) costs the host
-            # more than the launch, and the kernel specializes on nothing that
-            # changes between calls. A compiled kernel takes every argument by
-            # position, its constexprs too (their compiled values stand).
-            self._fill_paged_kv_compiled[grid](
-                *args, *constexprs.values()
-            )
+            # more than the launch; nothing it would specialize on changes between
+            # calls (the kernel does not specialize its inputs), so launch directly.
+            self._fill_paged_kv_compiled[grid](*args, self.page_size, 1024)
             return
         self._fill_paged_kv_compiled = _fill_paged_kv_kernel[grid](
-            *args, **constexprs
+            *args, PAGE_SIZE=self.page_size, BLOCK_SIZE=1024
         )
-
-    def _write_wrapper_private_state(
-        self,
-        wrapper: BatchPrefillWithPagedKVCacheWrapper,
-        num_reqs: int,
-        num_tokens: int | None = None,
-    ) -> None:
-        """The one place this builder writes FlashInfer's private wrapper state:
-        FlashInfer has no public way to do either of these.
-
-        Right after plan() (num_tokens None): run() reads the exact page table
-        _fill_exact_paged_kv writes, in the builder's buffers, which every build
-        that keeps the plan rewrites, instead of the bounds plan() copied. FA2's
-        run() never reads _kv_lens_buffer (only trtllm-gen's does): left alone.
-
-        On a kept plan that requests left (num_tokens: the batch's queries): the
-        plan's rows from num_reqs on keep no queries, in the plan's own
-        _qo_indptr_buf and in the total run() checks q's rows against."""
-        if num_tokens is None:
-            wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[: num_reqs + 1]
-            wrapper._paged_kv_indices_buf = self.paged_kv_indices.gpu
-            wrapper._paged_kv_last_page_len_buf = self.paged_kv_last_page_len.gpu[
-                :num_reqs
-            ]
-        else:
-            wrapper._qo_indptr_buf[num_reqs + 1 :].fill_(num_tokens)
-            wrapper._qo_indptr_last = num_tokens
 ''',
     ),
     Hunk(
@@ -319,9 +257,9 @@ def _fill_paged_kv_kernel(
         if num_reqs < rows_with_queries:
             # Requests left: the plan's rows past num_reqs keep no queries (and,
             # below, no pages). A row is a position in the batch, not a request.
-            self._write_wrapper_private_state(
-                self._noncausal_prefill_wrapper, num_reqs, num_tokens
-            )
+            wrapper = self._noncausal_prefill_wrapper
+            wrapper._qo_indptr_buf[num_reqs + 1 :].fill_(num_tokens)
+            wrapper._qo_indptr_last = num_tokens  # run() checks q's rows against it
             self._noncausal_plan_key = (num_reqs, max_query_len)
         self._fill_exact_paged_kv(
             common_attn_metadata.seq_lens,
@@ -348,20 +286,34 @@ def _fill_paged_kv_kernel(
 ''',
     ),
     Hunk(
-        why="the plan's key is kept, and run() is pointed at the builder's page table as step 8's "
-        "_write_wrapper_private_state does it (replacing step 7's call)",
+        why="run() reads the builder's page table on reuse too, and the plan's key is kept",
         old='''                    if plan_from_bounds:
                         # plan() copied the bounds to the GPU; run() reads the exact
                         # page table (and lengths) instead.
-                        self._write_wrapper_private_state(
-                            prefill_wrapper, seq_lens, num_reqs
+                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
+                            : num_reqs + 1
+                        ]
+                        prefill_wrapper._paged_kv_last_page_len_buf = (
+                            self.paged_kv_last_page_len.gpu[:num_reqs]
+                        )
+                        prefill_wrapper._kv_lens_buffer[:num_reqs].copy_(
+                            seq_lens[:num_reqs], non_blocking=True
                         )
 ''',
         new='''                    if plan_from_bounds:
                         # plan() copied the bounds to the GPU; run() reads the exact
-                        # page table instead, which every build that keeps this plan
-                        # rewrites in the same buffers.
-                        self._write_wrapper_private_state(prefill_wrapper, num_reqs)
+                        # page table instead, which every later build that reuses this
+                        # plan rewrites in the same buffers. (FA2's run() never reads
+                        # _kv_lens_buffer; only trtllm-gen's does.)
+                        prefill_wrapper._paged_kv_indptr_buf = self.paged_kv_indptr.gpu[
+                            : num_reqs + 1
+                        ]
+                        prefill_wrapper._paged_kv_indices_buf = (
+                            self.paged_kv_indices.gpu
+                        )
+                        prefill_wrapper._paged_kv_last_page_len_buf = (
+                            self.paged_kv_last_page_len.gpu[:num_reqs]
+                        )
                     if not causal:
                         max_query_len = common_attn_metadata.max_query_len
                         self._noncausal_plan_key = (

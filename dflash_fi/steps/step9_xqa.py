@@ -1,4 +1,4 @@
-"""Step 9 - the DFlash draft on FlashInfer's XQA kernel where it is faster: there a draft block is planned by nobody.
+"""Step 9 - the DFlash draft on FlashInfer's XQA kernel: on SM 9.0 a draft block is planned by nobody.
 
 After step 8 a draft step whose plan holds still costs the host the kept plan's key check, one Triton launch for
 the exact page table, and `build()`'s Python. FlashInfer's XQA kernel (`flashinfer.xqa.xqa`, reached through
@@ -8,19 +8,9 @@ it: it reads vLLM's block table and the exact `seq_lens` on the GPU, and takes a
 on Hopper in vLLM #50439 (0.33.0's `_make_xqa_draft_block_mask`); this step is written for 0.22.1.
 
 - **The route.** A non-causal batch of uniform blocks (every request `max_query_len` queries: one integer of
-  `query_start_loc_cpu`, as at step 8) on a builder XQA can serve, where `use_xqa_for_draft` picks XQA, gets
-  `XQADraft` metadata: the block table, the exact `seq_lens` and the mask, sliced, with no `plan()`, no page
-  table and no copy from the GPU. `forward()` hands them to XQA with the query and the cache as vLLM holds them.
-- **The rule, one function of what the builder knows** (as vLLM's `use_trtllm_attention` is for TRTLLM):
-  `use_xqa_for_draft(device_capability, kv_cache_dtype, num_qo_heads, num_kv_heads, num_reqs)`. XQA where it runs
-  correctly (SM 9.0, an fp16/bf16 cache) and is the faster kernel: at most `XQA_DRAFT_MAX_HEAD_RATIO` (2) query
-  heads per KV head and at least `XQA_DRAFT_MIN_REQS` (32) requests. `dflash-fi bench kernels` set both: with 4
-  query heads per KV head (the Qwen3-4B shape, 32/8) XQA is slower than the kept-plan FA2 kernel at every measured
-  batch and context; with 2 (the embedded pair, 4/2) it is slower at batch 1 at every context, mixed at batch 8
-  (slower at short contexts, faster at long ones, within the benchmark's resolution either way) and faster at
-  batch 32 at every context (`tests/lab/test_xqa_route.py` derives this from the committed kernel rows). Elsewhere the draft keeps step 8's
-  kept plan, which holds across the switch: XQA steps touch no wrapper. The builder asks the rule every draft step
-  (the batch size changes); the rest is decided once per builder.
+  `query_start_loc_cpu`, as at step 8) on a builder XQA serves gets `XQADraft` metadata: the block table, the
+  exact `seq_lens` and the mask, sliced, with no `plan()`, no page table and no copy from the GPU.
+  `forward()` hands them to XQA with the query and the cache as vLLM holds them.
 - **The mask.** Per query row, bit j of 32-bit words is block position j (`applyMaskFromInput` in
   FlashInfer's `xqa/mha.cu`; keys before the block are always visible), stored as uint16 halves:
   `[num_reqs, block_len, 2 * cdiv(block_len, 32)]`. For a DFlash block every query sees the whole block, so
@@ -34,7 +24,6 @@ on Hopper in vLLM #50439 (0.33.0's `_make_xqa_draft_block_mask`); this step is w
 
 What keeps step 8's path, each tested in `tests/lab/test_xqa.py`:
 
-- **Where the rule says FA2 is faster**: more than 2 query heads per KV head, or fewer than 32 requests.
 - **Other GPUs.** Only SM 9.0 takes XQA here (the RTX 4090, SM 8.9, is not an XQA GPU; Blackwell is left as it
   was).
 - **Quantized KV caches (FP8).** With an FP8 cache on SM 9.0, XQA runs its Hopper FP8 kernel (`mha_sm90.cu`), whose
@@ -56,9 +45,9 @@ CUDA graphs: no new claim. vLLM 0.22.1's drafter captures piecewise graphs only
 pieces, and `XQADraft` holds the batch's own `seq_lens` tensor, which DFlash makes afresh every step: a replay
 would read a stale one. `get_cudagraph_support` keeps step 6's answer for a draft config.
 
-The plan race (a wrapper planned again before its last `run()` ran): XQA plans nothing, so a draft batch on XQA
-cannot meet it; where the rule sends a batch to the kept-plan fa2 path, step 9 stands where step 8 does.
-`docs/plan-race.md` says where steps 4, 7 and 8 stand, and the walkthrough's race checks count it in the engines.
+The plan race (a wrapper planned again before its last `run()` ran): XQA plans nothing, so step 9's draft
+cannot meet it; `docs/plan-race.md` says where steps 4, 7 and 8 stand, and the walkthrough's race checks count
+it in the engines.
 """
 
 from dflash_fi.steps import step8_plan_once as previous
@@ -77,8 +66,7 @@ HUNKS: tuple[Hunk, ...] = previous.HUNKS + (
 ''',
     ),
     Hunk(
-        why="what XQA compiles, the rule that sends a draft step to XQA or to step 8's kept plan, and the packed "
-        "mask of a DFlash block",
+        why="what XQA compiles, and the packed mask of a DFlash block",
         old='''    return trtllm_gen_workspace_buffer
 ''',
         new='''    return trtllm_gen_workspace_buffer
@@ -91,32 +79,6 @@ XQA_HEAD_SIZES = range(16, 257, 16)
 # read as 16-bit halves.
 _XQA_MASK_WORD_BITS = torch.iinfo(torch.int32).bits
 _XQA_MASK_HALF_BITS = torch.iinfo(torch.int16).bits
-# Where XQA beats step 8's kept-plan FA2 path on SM 9.0 (`dflash-fi bench kernels`,
-# 16-query blocks, bf16): at most 2 query heads per KV head, from the batch on
-# which it is faster at every measured context. Slower at 4 query heads per KV
-# head at every measured batch and context.
-XQA_DRAFT_MAX_HEAD_RATIO = 2
-XQA_DRAFT_MIN_REQS = 32
-
-
-def use_xqa_for_draft(
-    device_capability: tuple[int, int] | None,
-    kv_cache_dtype: torch.dtype,
-    num_qo_heads: int,
-    num_kv_heads: int,
-    num_reqs: int,
-) -> bool:
-    """Whether a DFlash draft step of uniform blocks runs on XQA (no plan) rather
-    than step 8's kept-plan FA2 path. XQA runs it correctly on SM 9.0 with an
-    fp16/bf16 cache only (its Hopper FP8 kernel masks short blocks causally);
-    there it is the faster kernel with few query heads per KV head and many
-    requests, as measured (the constants above)."""
-    return (
-        device_capability == (9, 0)
-        and kv_cache_dtype in (torch.float16, torch.bfloat16)
-        and num_qo_heads <= XQA_DRAFT_MAX_HEAD_RATIO * num_kv_heads
-        and num_reqs >= XQA_DRAFT_MIN_REQS
-    )
 
 
 def _xqa_non_causal_block_mask(
@@ -166,44 +128,22 @@ class FlashInferMetadata:
 ''',
     ),
     Hunk(
-        why="which builders XQA can serve, whether a draft step goes there (the rule), and its metadata on XQA",
+        why="which builders XQA serves, and a draft step's metadata on it",
         old='''    def use_cascade_attention(self, *args, **kwargs) -> bool:
 ''',
         new='''    def _xqa_supports_draft_blocks(self) -> bool:
-        """Whether XQA can run this builder's non-causal blocks, whatever the GPU
-        and batch (use_xqa_for_draft decides those): head and page sizes XQA
-        compiles; no window or soft cap; not batch-invariant (XQA splits keys by
-        SM count)."""
+        """Whether XQA runs this builder's non-causal blocks correctly: SM 9.0; an
+        fp16/bf16 cache (an FP8 one runs XQA's Hopper FP8 kernel, whose short-block
+        speculative mask is causal); head and page sizes XQA compiles; no window
+        or soft cap; not batch-invariant (XQA splits keys by SM count)."""
         return (
-            self.page_size in XQA_PAGE_SIZES
+            current_platform.is_device_capability(90)
+            and self.kv_cache_dtype in (torch.float16, torch.bfloat16)
+            and self.page_size in XQA_PAGE_SIZES
             and self.head_dim in XQA_HEAD_SIZES
             and self.window_left == -1
             and not self.logits_soft_cap
             and not envs.VLLM_BATCH_INVARIANT
-        )
-
-    def _draft_takes_xqa(
-        self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata
-    ) -> bool:
-        """Whether this draft step runs on XQA: uniform blocks (XQA takes one
-        query length) of a builder XQA supports, where use_xqa_for_draft picks it
-        for this GPU, cache and batch."""
-        num_reqs = common_attn_metadata.num_reqs
-        return (
-            self._xqa_supported
-            and common_prefix_len == 0
-            and use_xqa_for_draft(
-                self._device_capability,
-                self.kv_cache_dtype,
-                self.num_qo_heads,
-                self.num_kv_heads,
-                num_reqs,
-            )
-            and self._uniform_blocks(
-                common_attn_metadata.query_start_loc_cpu,
-                num_reqs,
-                common_attn_metadata.max_query_len,
-            )
         )
 
     def _build_on_xqa(
@@ -244,24 +184,31 @@ class FlashInferMetadata:
 ''',
     ),
     Hunk(
-        why="the builder knows once whether XQA can serve its draft blocks, and on which GPU it runs",
+        why="the builder knows once whether XQA serves its draft blocks",
         old='''        if self.has_sinks and not can_use_trtllm:
 ''',
         new='''        # DFlash's draft blocks on XQA: no plan(), no page table (SM 9.0).
-        self._xqa_supported = self._xqa_supports_draft_blocks()
-        self._device_capability = current_platform.get_device_capability()
+        self._draft_on_xqa = self._xqa_supports_draft_blocks()
         self._xqa_max_reqs = max_num_reqs
         self._xqa_block_masks: dict[int, torch.Tensor] = {}  # per block length
         if self.has_sinks and not can_use_trtllm:
 ''',
     ),
     Hunk(
-        why="a draft step the rule sends to XQA goes there before any plan is looked at",
+        why="a draft step of uniform blocks goes to XQA before any plan is looked at",
         old='''            self._check_non_causal_supported()
             if self._noncausal_plan_holds(common_prefix_len, common_attn_metadata):
 ''',
         new='''            self._check_non_causal_supported()
-            if self._draft_takes_xqa(common_prefix_len, common_attn_metadata):
+            if (
+                self._draft_on_xqa
+                and common_prefix_len == 0
+                and self._uniform_blocks(
+                    common_attn_metadata.query_start_loc_cpu,
+                    num_reqs,
+                    common_attn_metadata.max_query_len,
+                )
+            ):
                 return self._build_on_xqa(common_attn_metadata)
             if self._noncausal_plan_holds(common_prefix_len, common_attn_metadata):
 ''',

@@ -8,16 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from dflash_fi.proof.bench.e2e import e2e_plan, flash_attn_draft, flashinfer_draft, write_shape_models
-from dflash_fi.proof.bench.stats import AtLeast, AtMost, Outcome, median_estimate, round_to_round
-from dflash_fi.proof.bench.turns import (Metric, Target, Turns, build_table, builds_per_step, ratio, targets, targets_table, turns_of,
+from dflash_fi.bench.e2e import e2e_plan, flash_attn_draft, flashinfer_draft, write_shape_models
+from dflash_fi.bench.stats import AtLeast, AtMost, Verdict, median_estimate, round_to_round
+from dflash_fi.bench.turns import (Metric, Target, Turns, build_table, builds_per_step, ratio, targets, targets_table, turns_of,
                                    turns_table)
-from dflash_fi.records.runs import Pair, RunId
-from dflash_fi.records.engine import EngineRecord, Phase
-from dflash_fi.records.outputs import BatchRun, BuildKey, BuildTiming, GenerateResult, Round, StepTimes
-from dflash_fi.records.provenance import Provenance
-from dflash_fi.proof.engine.spec import validate
-from dflash_fi.records.spec import BenchPlan, RunSpec
+from dflash_fi.engine.identity import Pair, RunId
+from dflash_fi.engine.records import (BatchRun, BuildKey, BuildTiming, EngineRecord, GenerateResult, Phase,
+                                      Provenance, Round, StepTimes)
+from dflash_fi.engine.spec import BenchPlan, RunSpec
 
 
 def test_the_plan_has_an_aa_pair_and_every_engine_validates():
@@ -28,7 +26,7 @@ def test_the_plan_has_an_aa_pair_and_every_engine_validates():
         assert {flash_attn_draft(pair), flash_attn_draft(pair, replica=1), flashinfer_draft(pair)} <= set(runs)
     assert all(s.run.cuda_graphs and s.kv_cache_memory_bytes and s.bench for s in specs)  # reserved KV: side by side
     for spec in specs:
-        validate(spec)
+        spec.validate()
 
 
 def test_the_qwen3_4b_shape_is_written_as_configs_only(tmp_path):
@@ -44,7 +42,7 @@ def test_the_qwen3_4b_shape_is_written_as_configs_only(tmp_path):
 def test_engines_take_turns_idle_ones_are_stopped_and_a_failed_start_is_recorded():
     """Real processes and sockets. Each double keeps the CPU busy after its turn, as a free-running idle engine can:
     in round 1 (nobody stopped) the working engine's turn sees it; from round 2 on the idle engines are stopped."""
-    from dflash_fi.proof.engine.server import run_in_turns
+    from dflash_fi.engine.server import run_in_turns
     from dflash_fi.lab.engine_double import BUSY_S, FAIL, ROUND_S, TOKENS_PER_S
 
     a, b, broken = (RunId(step=s, cuda_graphs=True) for s in (5, 6, 7))
@@ -60,8 +58,7 @@ def test_engines_take_turns_idle_ones_are_stopped_and_a_failed_start_is_recorded
     assert records[broken].ok is False and records[broken].failure.phase is Phase.PROCESS
     assert len([line for line in lines if line.strip().startswith("round")]) == 12  # 2 engines x 2 batches x 3 rounds
     busy_neighbour = {r.index: r.others_cpu_s for r in records[b].rounds}  # a spins while b works
-    # a shares b's vCPU: under load it gets a part of b's turns only, so the bound is low; a stopped one takes none
-    assert busy_neighbour[1] > 0.03 > max(busy_neighbour[2], busy_neighbour[3])
+    assert busy_neighbour[1] > 0.1 and busy_neighbour[2] < 0.05 and busy_neighbour[3] < 0.05
     turn_cpus = [x.cpu for run in (a, b) for r in records[run].rounds for x in r.batches]
     assert len(turn_cpus) == 12 and all(c.cpu in os.sched_getaffinity(0) for c in turn_cpus)
     on = {(run, r.index, x.batch): x.cpu.cpu for run in (a, b) for r in records[run].rounds for x in r.batches}
@@ -74,8 +71,8 @@ def test_a_turns_main_thread_is_held_on_the_rounds_vcpu_and_its_other_threads_on
     import subprocess
     import sys
 
-    from dflash_fi.proof.engine.server import process_tree
-    from dflash_fi.proof.engine.vcpus import FastestVcpu, threads
+    from dflash_fi.engine.server import process_tree
+    from dflash_fi.engine.vcpus import FastestVcpu, threads
 
     code = "import threading, time; threading.Thread(target=time.sleep, args=(30,)).start(); print(1, flush=True); time.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
@@ -96,7 +93,7 @@ def test_a_turns_main_thread_is_held_on_the_rounds_vcpu_and_its_other_threads_on
 
 
 def test_turns_compare_a_pairs_engines_seconds_apart_in_alternating_order():
-    from dflash_fi.proof.engine.server import schedule
+    from dflash_fi.engine.server import schedule
 
     embedded = [RunSpec(run, num_prompts=8, bench=BenchPlan((1, 8))) for run in
                 (flash_attn_draft(Pair.EMBEDDED), flash_attn_draft(Pair.EMBEDDED, 1), flashinfer_draft(Pair.EMBEDDED))]
@@ -109,7 +106,7 @@ def test_turns_compare_a_pairs_engines_seconds_apart_in_alternating_order():
 
 
 def test_the_fa_draft_sits_between_its_aa_twin_and_the_final_draft_in_every_turn_order():
-    from dflash_fi.proof.bench.e2e import bench_runs
+    from dflash_fi.bench.e2e import bench_runs
 
     for pair in Pair.EMBEDDED, Pair.QWEN3_4B_SHAPE:
         order = list(bench_runs(pair))
@@ -118,7 +115,7 @@ def test_the_fa_draft_sits_between_its_aa_twin_and_the_final_draft_in_every_turn
 
 
 def test_a_batch1_turn_decodes_one_prompt_each_in_both_turn_orders():
-    from dflash_fi.proof.engine import generate as g
+    from dflash_fi.engine import generate as g
 
     spec = RunSpec(flash_attn_draft(Pair.EMBEDDED), num_prompts=8, max_new_tokens=4, bench=BenchPlan((1,), 2))
     decoded = []
@@ -180,27 +177,27 @@ def test_a_ratio_is_estimated_over_measured_rounds_with_an_interval():
 
 def test_a_target_is_met_missed_or_unresolved_by_its_interval():
     at_least = AtLeast(0.97, floor=0.95)
-    assert at_least.judge(median_estimate([0.98, 0.99, 0.985, 0.99, 0.98])) is Outcome.MET
-    assert at_least.judge(median_estimate([0.90, 0.91, 0.92, 0.90, 0.91])) is Outcome.MISSED
-    assert at_least.judge(median_estimate([0.90, 1.05, 0.93, 1.02, 0.99])) is Outcome.UNRESOLVED
+    assert at_least.judge(median_estimate([0.98, 0.99, 0.985, 0.99, 0.98])) is Verdict.MET
+    assert at_least.judge(median_estimate([0.90, 0.91, 0.92, 0.90, 0.91])) is Verdict.MISSED
+    assert at_least.judge(median_estimate([0.90, 1.05, 0.93, 1.02, 0.99])) is Verdict.UNRESOLVED
     e = median_estimate([0.99, 0.91, 1.01, 1.0, 0.97])
-    assert e.value >= 0.97 and e.low < 0.95 and at_least.judge(e) is Outcome.UNRESOLVED  # low end under the floor
+    assert e.value >= 0.97 and e.low < 0.95 and at_least.judge(e) is Verdict.UNRESOLVED  # low end under the floor
     at_most = AtMost(0.05)
-    assert at_most.judge(median_estimate([0.01, 0.02, 0.03])) is Outcome.MET
-    assert at_most.judge(median_estimate([0.5, 0.6, 0.7])) is Outcome.MISSED
-    assert at_most.judge(median_estimate([0.0, 0.1, 0.04, 0.06])) is Outcome.UNRESOLVED
-    assert at_most.judge(None) is Outcome.NOT_MEASURED
+    assert at_most.judge(median_estimate([0.01, 0.02, 0.03])) is Verdict.MET
+    assert at_most.judge(median_estimate([0.5, 0.6, 0.7])) is Verdict.MISSED
+    assert at_most.judge(median_estimate([0.0, 0.1, 0.04, 0.06])) is Verdict.UNRESOLVED
+    assert at_most.judge(None) is Verdict.NOT_MEASURED
     no_worse = AtMost(0.0, ceiling=0.02)  # the build target: no slower at the median, at most +0.02 at the high end
-    assert no_worse.judge(median_estimate([-0.01, 0.0, 0.005, -0.002, 0.0])) is Outcome.MET
-    assert no_worse.judge(median_estimate([-0.01, 0.0, 0.05, -0.002, 0.03])) is Outcome.UNRESOLVED  # high end over
-    assert no_worse.judge(median_estimate([0.01, 0.02, 0.015, 0.012, 0.018])) is Outcome.MISSED
+    assert no_worse.judge(median_estimate([-0.01, 0.0, 0.005, -0.002, 0.0])) is Verdict.MET
+    assert no_worse.judge(median_estimate([-0.01, 0.0, 0.05, -0.002, 0.03])) is Verdict.UNRESOLVED  # high end over
+    assert no_worse.judge(median_estimate([0.01, 0.02, 0.015, 0.012, 0.018])) is Verdict.MISSED
 
 
 def test_the_targets_read_the_results_file_as_written():
     good, slow = turns([1.01, 1.005, 1.01, 1.0, 1.01]), turns([0.90, 0.91, 0.92, 0.90, 0.91], final_build_s=0.1)
-    assert {t.verdict for t in targets(good)} == {Outcome.MET}
+    assert {t.verdict for t in targets(good)} == {Verdict.MET}
     found = {(t.what, t.batch): t for t in targets(slow)}
-    assert found[(Metric.TOKENS, 8)].verdict is Outcome.MISSED and found[(Metric.HOST_BUILD, 1)].verdict is Outcome.MISSED
+    assert found[(Metric.TOKENS, 8)].verdict is Verdict.MISSED and found[(Metric.HOST_BUILD, 1)].verdict is Verdict.MISSED
     aa = found[(Metric.TOKENS, 8)].aa
     assert aa.low <= 1.0 <= aa.high + 0.01  # the A/A pair: nothing differs, the interval sits at 1
     data = {"schema": 2, "warm_up_rounds": 1, "gpu": "GPU", "compute_capability": "9.0", "git_commit": "abc",

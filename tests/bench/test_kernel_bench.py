@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from dflash_fi.proof.bench.builds import (WHAT, Builder, build_row, builder_names, builders, count_plans,
-                                         draft_builders, timed_names)
-from dflash_fi.proof.bench.kernels import KERNELS, format_row, max_abs_err
-from dflash_fi.proof.bench.results import (build_rows, build_summary, final_draft_kernel, kernel_pivot,
-                                           kernel_pivot_table, kernel_ratios, kernel_rows, kernel_summary)
+from dflash_fi.bench.builds import WHAT, build_row, builder_names, count_plans, draft_builders
+from dflash_fi.bench.kernels import KERNELS, format_row, max_abs_err
+from dflash_fi.bench.results import (ROW_KEYS, build_rows, build_summary, final_draft_kernel, kernel_pivot, kernel_ratios,
+                                     kernel_summary)
+from dflash_fi.steps import FINAL_STEP
 
 
 def kernel_row(kernel, **extra):
@@ -33,23 +33,21 @@ def test_an_output_the_kernel_did_not_write_is_reported_not_crashed_on():
 
 def test_host_build_rows_sit_beside_the_kernel_rows_without_disturbing_their_readers():
     kernels = [kernel_row(k) for k in KERNELS]
-    names = list(timed_names())  # step 6's row too: a column of the table, left out of the comparison
+    names = list(builder_names())
     builds = [build_row(name, kv, 4, 512, (32, 8), 0.5 + i, 0.6 + i, builds=106, plans=0)
               for i, name in enumerate(names) for kv in ("auto", "fp8")]
-    results = {"rows": kernels, "build_rows": builds}
-    assert kernel_rows(results) == kernels  # build rows are a list of their own
+    results = {"rows": kernels + builds}
+    assert all(set(ROW_KEYS["kernels"]) <= set(r) for r in builds)  # latest_results() keys every row by these
+    assert len({tuple(r[k] for k in ROW_KEYS["kernels"]) for r in results["rows"]}) == len(results["rows"])
+    assert kernel_summary(results) == kernel_summary({"rows": kernels})
+    assert kernel_pivot(results) == kernel_pivot({"rows": kernels})
     summary = build_summary(results)
     assert summary.count("\n") == 1 + 2 and "0.500 / 0.600" in summary and "2.500 / 2.600" in summary
     assert summary.splitlines()[-1].endswith("| -1.000 ms, yes |")  # final 1.6 ms busy against FLASH_ATTN's 2.6
-    assert "| step 7 FLASHINFER draft, ms idle / busy | step" in summary  # the builder's label from its data
-    assert "| step 6 FLASHINFER draft, ms idle / busy | final" in summary
     slow = [{**r, "host_ms_busy": 9.0} if r["kernel"] == names[1] else r for r in builds]
-    assert build_summary({"rows": [], "build_rows": slow}).splitlines()[-1].endswith("| +6.400 ms, **no** |")
-    assert [Builder(**r["builder"]) for r in builds[::2]] == [*builders(), Builder(6, "FLASHINFER")]
-    # a file from before `build_rows` kept them among the kernel rows, told by `what`: still read, and left out
-    legacy = {"rows": kernels + [{**{k: v for k, v in r.items() if k != "builder"}, "what": WHAT} for r in builds]}
-    assert kernel_rows(legacy) == kernels and kernel_summary(legacy) == kernel_summary({"rows": kernels})
-    assert build_summary(legacy).splitlines()[-1] == summary.splitlines()[-1]
+    assert build_summary({"rows": slow}).splitlines()[-1].endswith("| +6.400 ms, **no** |")
+    assert all(r["what"] == WHAT for r in builds) and names == [
+        "build: step 7 FLASHINFER draft", f"build: step {FINAL_STEP} FLASHINFER draft", "build: FLASH_ATTN draft"]
 
 
 def test_a_file_without_host_build_rows_says_so_and_the_short_pivot_keeps_the_batches_asked_for():
@@ -66,8 +64,8 @@ def test_a_file_without_host_build_rows_says_so_and_the_short_pivot_keeps_the_ba
     assert ratios == [{"batch": 4, "context": 512, "ratio": pytest.approx(2.0)}]
     builds = [build_row(name, kv, 4, 512, (32, 8), 0.5, 0.6, builds=106, plans=0)
               for name in builder_names() for kv in ("auto", "fp8")]
-    assert {r["kv_dtype"] for r in build_rows({"rows": kernels, "build_rows": builds}, ("bf16",))} == {"bf16"}
-    assert build_summary({"rows": [], "build_rows": builds}, ("fp8-e4m3",)).count("\n") == 2  # header, separator, one shape
+    assert {r["kv_dtype"] for r in build_rows({"rows": kernels + builds}, ("bf16",))} == {"bf16"}
+    assert build_summary({"rows": builds}, ("fp8-e4m3",)).count("\n") == 2  # header, separator, one shape
 
 
 @pytest.mark.step9
@@ -85,27 +83,6 @@ def test_the_final_drafts_kernel_is_xqa_where_xqa_was_measured():
     assert "error" in format_row(fp8_xqa) or "ERROR" in format_row(fp8_xqa)
 
 
-@pytest.mark.step9
-def test_the_final_drafts_kernel_per_shape_is_the_final_steps_route():
-    """With the GPU named, the pivot asks the final step's own rule (`use_xqa_for_draft`) which kernel its draft runs
-    at each shape: XQA at some, the kept-plan fa2 wrapper at others; never XQA off SM 9.0 or on an FP8 cache."""
-    from dflash_fi.steps import FINAL_STEP, backend_module
-
-    rule = backend_module(FINAL_STEP).use_xqa_for_draft
-    shapes = [(h, b) for h in ((4, 2), (32, 8)) for b in (1, 8, 32)]
-    rows = [kernel_row(k, batch=b, num_qo_heads=h[0], num_kv_heads=h[1]) for k in KERNELS for h, b in shapes]
-    hopper, ada = {"rows": rows, "compute_capability": "9.0"}, {"rows": rows, "compute_capability": "8.9"}
-    route = {(h, b): final_draft_kernel(hopper, "bf16", h, b) for h, b in shapes}
-    assert route == {(h, b): "flashinfer-xqa" if rule((9, 0), torch.bfloat16, *h, b) else "dflash-fi-final"
-                     for h, b in shapes}
-    assert set(route.values()) == {"flashinfer-xqa", "dflash-fi-final"}  # the rule splits these shapes
-    assert {final_draft_kernel(hopper, "fp8-e4m3", h, b) for h, b in shapes} == {"dflash-fi-final"}
-    assert {final_draft_kernel(ada, "bf16", h, b) for h, b in shapes} == {"dflash-fi-final"}
-    pivot = kernel_pivot(hopper, heads=(4, 2))
-    assert [p["final_kernel"] for p in pivot] == [route[((4, 2), b)] for b in (1, 8, 32)]
-    assert f"| 32 x 512 | {route[((4, 2), 32)]} |" in kernel_pivot_table(pivot)
-
-
 @pytest.mark.step7
 @pytest.mark.step8
 def test_the_builders_timed_are_the_real_ones_and_plan_as_their_steps_say():
@@ -118,7 +95,7 @@ def test_the_builders_timed_are_the_real_ones_and_plan_as_their_steps_say():
     assert [c.seq_lens.tolist()[0] for c in cads] == [2048 + 16 * (k + 1) for k in range(6)]
     assert all((c.seq_lens_cpu_upper_bound >= c.seq_lens).all() and c._seq_lens_cpu is None for c in cads)
     with draft_builders("auto", on_gpu=False) as (builders, heads):
-        planned, copied = {}, {}
+        planned = {}
         for name, (builder, config) in builders.items():
             with set_current_vllm_config(config):
                 builder.build_for_drafting(cads[0], 0)
@@ -126,14 +103,12 @@ def test_the_builders_timed_are_the_real_ones_and_plan_as_their_steps_say():
                 for cad in cads[1:]:
                     builder.build_for_drafting(cad, 0)
             planned[name] = len(calls)
-            copied[name] = all(c._seq_lens_cpu is not None for c in cads)  # read the lengths from the GPU
-        assert heads == (4, 2)
-    step7, final, flash_attn, step6 = timed_names()  # step 6 last: the lengths it copies, the others never find
+        assert heads == (4, 2) and all(c._seq_lens_cpu is None for c in cads)
+    step7, final, flash_attn = builder_names()
     flash_attn_builder = type(builders[flash_attn][0])
     assert (flash_attn_builder.__module__, flash_attn_builder.__name__) == (
         "vllm.v1.attention.backends.flash_attn", "FlashAttentionMetadataBuilder")
-    assert planned == {step7: 5, final: 0, flash_attn: 0, step6: 5}  # 6 and 7 plan every step; the final only the first
-    assert copied == {step7: False, final: False, flash_attn: False, step6: True}
+    assert planned == {step7: 5, final: 0, flash_attn: 0}  # step 7 plans every step; the final step only the first
 
 
 @pytest.mark.step8
@@ -142,7 +117,7 @@ def test_measure_builds_runs_end_to_end_with_the_gpu_calls_stubbed(monkeypatch):
     on the CPU and torch.cuda's synchronize and spin kernel stubbed: the times are meaningless here."""
     from functools import partial
 
-    from dflash_fi.proof.bench import builds, timing
+    from dflash_fi.bench import builds, timing
     from dflash_fi.lab import batches
 
     monkeypatch.setattr(builds, "BUILDS", 4)
@@ -153,13 +128,10 @@ def test_measure_builds_runs_end_to_end_with_the_gpu_calls_stubbed(monkeypatch):
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None)
     monkeypatch.setattr(timing, "_busy_cycles_per_ms", lambda: 1e6)
     rows = builds.measure_builds("fp8", [1, 3], [512], print_fn=lambda line: None)
-    step7, final, flash_attn, step6 = timed_names()
-    order = (step7, final, flash_attn, step6)
-    assert [(r["kernel"], r["batch"]) for r in rows] == [(n, b) for b in (1, 3) for n in order]
+    step7, final, flash_attn = builder_names()
+    assert [(r["kernel"], r["batch"]) for r in rows] == [(n, b) for b in (1, 3) for n in (step7, final, flash_attn)]
     builds_after_first = 2 * (3 + 4)
-    assert {r["kernel"]: r["plans"] for r in rows} == {step7: builds_after_first, final: 0, flash_attn: 0,
-                                                       step6: builds_after_first}
-    assert {r["builder"]["step"] for r in rows if r["kernel"] == step6} == {6}
+    assert {r["kernel"]: r["plans"] for r in rows} == {step7: builds_after_first, final: 0, flash_attn: 0}
     assert all(r["builds"] == builds_after_first and r["kv_dtype"] == "fp8-e4m3" for r in rows)
 
 
@@ -167,7 +139,7 @@ def test_kernel_timing_uses_flashinfers_helpers_and_falls_back_when_a_kernel_can
     import flashinfer.testing
     import flashinfer.testing.utils
 
-    from dflash_fi.proof.bench import timing
+    from dflash_fi.bench import timing
 
     asked = []
 
@@ -189,8 +161,8 @@ def test_kernel_timing_uses_flashinfers_helpers_and_falls_back_when_a_kernel_can
 
 
 def test_failing_host_builds_leave_the_kernel_rows_and_say_why(monkeypatch):
-    from dflash_fi.proof.bench import builds
-    from dflash_fi.proof.bench.kernels import shapes
+    from dflash_fi.bench import builds
+    from dflash_fi.bench.kernels import shapes
 
     def measure(kv_cache_dtype, batches, contexts, print_fn):
         if kv_cache_dtype == "fp8":

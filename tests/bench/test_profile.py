@@ -1,12 +1,10 @@
 """The build profile's plan and its anatomy table (the profiles themselves exist only on a GPU)."""
 
-from dflash_fi.proof.bench.profile import BATCHES, anatomy, anatomy_rows, profile_batches, profile_plan
-from dflash_fi.records.runs import RunId
-from dflash_fi.records.engine import EngineRecord
-from dflash_fi.records.outputs import BuildKey, BuildProfile, BuildTiming, GenerateResult, ProfiledFunction
-from dflash_fi.records.provenance import Provenance
-from dflash_fi.proof.engine.spec import validate
-from dflash_fi.records.spec import RunSpec
+from dflash_fi.bench.profile import BATCHES, anatomy, anatomy_rows, profile_batches, profile_plan
+from dflash_fi.engine.identity import RunId
+from dflash_fi.engine.records import (BuildKey, BuildProfile, BuildTiming, EngineRecord, GenerateResult,
+                                      ProfiledFunction, Provenance)
+from dflash_fi.engine.spec import RunSpec
 from dflash_fi.steps import FINAL_STEP
 
 
@@ -15,7 +13,7 @@ def test_the_plan_profiles_before_and_after_the_final_step_beside_flash_attn():
     assert {s.run.step for s in specs if s.run.draft_backend == "FLASHINFER"} == {FINAL_STEP - 1, FINAL_STEP}
     assert {s.num_prompts for s in specs} == set(BATCHES) and all(s.run.cuda_graphs for s in specs)
     for spec in specs:
-        validate(spec)
+        spec.validate()
 
 
 def test_the_anatomy_is_per_build_and_points_at_code():
@@ -37,7 +35,7 @@ def test_the_anatomy_is_per_build_and_points_at_code():
 
 
 def test_the_gap_by_cause_compares_builders_role_by_role_without_the_profilers_own_calls():
-    from dflash_fi.proof.bench.profile import gap_rows, gap_table, profile_runs
+    from dflash_fi.bench.profile import gap_rows, gap_table, profile_runs
 
     def engine(run, builders, steps=10.0):  # builders: (role, backend, layers, total_s, functions)
         profiles = tuple(BuildProfile(BuildKey(role, backend, layers), total, tuple(

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import flashinfer
 import torch
 
-from dflash_fi.proof.engine import instruments
-from dflash_fi.records.outputs import PlanWatch, Role, generate_from_json
-from dflash_fi.records.engine import to_plain
+from dflash_fi.engine import instruments
+from dflash_fi.engine.outputs import PlanWatch, Role, generate_from_json
+from dflash_fi.engine.records import to_plain
 
 
 class WrapperDouble:

@@ -4,11 +4,10 @@ import threading
 import time
 from dataclasses import replace
 
-from dflash_fi.records.runs import RunId, label
-from dflash_fi.proof.engine.pool import SHARED_GPU_KV_CACHE_BYTES, engines_per_gpu, run_engines, share_gpus
-from dflash_fi.records.engine import EngineRecord, Failure, Phase
-from dflash_fi.records.provenance import Provenance
-from dflash_fi.records.spec import RunSpec
+from dflash_fi.engine.identity import RunId, label
+from dflash_fi.engine.pool import SHARED_GPU_KV_CACHE_BYTES, engines_per_gpu, run_engines, share_gpus
+from dflash_fi.engine.records import EngineRecord, Failure, Phase, Provenance
+from dflash_fi.engine.spec import RunSpec
 
 
 def test_engines_share_a_gpu_by_its_memory():

@@ -5,14 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from dflash_fi.proof.engine import generate, instruments
-from dflash_fi.proof.engine.child import PhaseWatch
-from dflash_fi.records.runs import RunId, label
-from dflash_fi.records.engine import EngineRecord, Phase
-from dflash_fi.records.outputs import Role
-from dflash_fi.proof.engine.runner import run
-from dflash_fi.proof.engine.spec import engine_arguments, engine_call, validate
-from dflash_fi.records.spec import BenchPlan, RunSpec
+from dflash_fi.engine import generate, instruments
+from dflash_fi.engine.child import PhaseWatch
+from dflash_fi.engine.identity import RunId, label
+from dflash_fi.engine.records import EngineRecord, Phase, Role
+from dflash_fi.engine.runner import run
+from dflash_fi.engine.spec import BenchPlan, RunSpec, engine_arguments, engine_call
 from dflash_fi.errors import BadInput, MissingModelFiles, UnknownStep
 
 
@@ -109,30 +107,6 @@ def test_metadata_build_timers_count_each_builder_size_it_and_reset():
     assert [b["builds"] for b in instruments.build_times(worker)] == [1]
 
 
-def test_the_draft_builds_route_is_counted_and_the_runners_builds_are_not():
-    """What each of the drafter's builds made (XQA's metadata, a FlashInfer wrapper's) is counted by the build timer's
-    wrapper and handed out once by `draft_timing`; the runner's builds, the draft layers' group among them, are not."""
-    from types import SimpleNamespace as NS
-
-    from dflash_fi.proof.engine import draft_timing
-
-    class XQADraft: ...
-
-    class FIPrefill:
-        wrapper = NS(_backend="fa2")
-    target, draft_in_runner, drafter = BuilderDouble(), BuilderDouble(), BuilderDouble()
-    worker = _worker_double(target, draft_in_runner, drafter)
-    instruments.build_times(worker, install=True)
-    draft_in_runner.build(0, NS(num_actual_tokens=16, prefill=XQADraft()))
-    for prefill, num_reqs in ((XQADraft(), 32), (XQADraft(), 32), (FIPrefill(), 7)):  # the batch drains
-        drafter.build_for_drafting(NS(num_actual_tokens=16 * num_reqs, num_reqs=num_reqs, prefill=prefill), 0)
-    got = draft_timing.snapshot(worker.model_runner, torch=None)  # no events installed: nothing to synchronize
-    assert got == {"layers": 0, "forwards_ms": [], "host_us_max": None, "over_lead": 0, "routes": [
-        {"metadata": "XQADraft", "wrapper_backend": None, "num_reqs": 32, "builds": 2},
-        {"metadata": "FIPrefill", "wrapper_backend": "fa2", "num_reqs": 7, "builds": 1}]}
-    assert draft_timing.snapshot(worker.model_runner, torch=None)["routes"] == []  # read once, then reset
-
-
 def test_step_times_are_the_intervals_between_model_runner_steps():
     worker = _worker_double(BuilderDouble(), BuilderDouble(), BuilderDouble())
     assert instruments.step_times(worker, install=True) == []
@@ -197,12 +171,12 @@ def test_acceptance_between_two_readings_of_vllms_counters():
 ])
 def test_bad_run_specs_fail_fast(change, error, message):
     with pytest.raises(error, match=message):
-        validate(RunSpec(**{"run": RunId(step=3), **change}))
+        RunSpec(**{"run": RunId(step=3), **change}).validate()
 
 
 def test_a_spec_travels_to_the_engine_process_and_back_unchanged():
-    spec = validate(RunSpec(RunId(step=7, cuda_graphs=True, kv_cache_dtype="fp8"), workloads=("uniform", "mixed"),
-                            bench=BenchPlan((1, 8), batch1_prompts=4)))
+    spec = RunSpec(RunId(step=7, cuda_graphs=True, kv_cache_dtype="fp8"), workloads=("uniform", "mixed"),
+                   bench=BenchPlan((1, 8), batch1_prompts=4)).validate()
     assert RunSpec.from_json(spec.to_json()) == spec
     with pytest.raises(Exception):
         spec.num_prompts = 3  # frozen: a spec is changed by making another
@@ -228,7 +202,7 @@ def test_a_hung_engine_is_reported_with_the_time_it_was_given(tmp_path):
     """The engine double comes up and then waits for a round that never comes: the runner stops waiting when told."""
     from multiprocessing.connection import Listener
 
-    from dflash_fi.proof.engine.runner import EngineProcess
+    from dflash_fi.engine.runner import EngineProcess
 
     address = str(tmp_path / "engine.sock")
     with Listener(address, family="AF_UNIX") as listener:
@@ -251,7 +225,7 @@ def test_near_ties_are_the_positions_where_the_target_hesitated():
 
 
 def test_the_engine_call_a_notebook_shows_is_the_one_the_engine_makes():
-    from dflash_fi.proof.evidence import plan as P
+    from dflash_fi.evidence import plan as P
 
     spec = next(s for s in P.walkthrough_plan() if s.run == P.RTX4090_STEP4)
     kwargs = engine_arguments(spec)

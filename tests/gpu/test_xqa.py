@@ -6,8 +6,6 @@ The first XQA call JIT-compiles FlashInfer's XQA module (minutes without a cache
 import json
 import subprocess
 import sys
-from contextlib import nullcontext
-from unittest import mock
 
 import pytest
 import torch
@@ -43,15 +41,13 @@ def _forward(lab, md, q, kv, rows_past: int):
     return out[:tokens].float(), bool((out[tokens:] != _SENTINEL).any())
 
 
-def _outputs(step: int, cads, queries, kv, build_check=None, force_xqa: bool = False):
-    """force_xqa: step 9's route rule answers XQA for every batch (it picks by speed; XQA is right at any batch)."""
+def _outputs(step: int, cads, queries, kv, build_check=None):
     from vllm.config import set_current_vllm_config
 
     from dflash_fi.lab.routing import RoutingLab
 
     outputs = []
-    with RoutingLab(step, on_gpu=True) as lab, (
-            mock.patch.object(lab.module, "use_xqa_for_draft", lambda *args: True) if force_xqa else nullcontext()):
+    with RoutingLab(step, on_gpu=True) as lab:
         builder, _, config = lab.builders["draft"]
         for index, (cad, q) in enumerate(zip(cads, queries)):
             with set_current_vllm_config(config):
@@ -68,8 +64,7 @@ def _outputs(step: int, cads, queries, kv, build_check=None, force_xqa: bool = F
 def test_xqa_draft_steps_match_the_reference_and_step8():
     """One decode's draft steps (tests/gpu's shared PLAN_REUSE_STEPS: contexts growing a block per step, requests
     leaving and joining, short contexts and 4000-8200-token ones, bounds above the exact lengths) through step 9's
-    real builder and FlashInferImpl.forward() on XQA (the route rule, which would keep these small batches on FA2,
-    answering XQA), then step 8's on FA2, on the same queries and cache. Step 9
+    real builder and FlashInferImpl.forward() on XQA, then step 8's on FA2, on the same queries and cache. Step 9
     plans nothing and writes nothing past the batch; each step's output is the fp32 reference's, as close as
     step 8's is, and step 8's up to bf16 rounding."""
     from dflash_fi.lab.host_work import PLAN_REUSE_STEPS
@@ -89,7 +84,7 @@ def test_xqa_draft_steps_match_the_reference_and_step8():
     kv = torch.randn(max(int(c.block_table_tensor.max()) for c in cads) + 8, 2, KV_PAGE_SIZE, hkv, d,
                      dtype=torch.bfloat16, device="cuda")
     queries = [torch.randn(c.num_actual_tokens, hq, d, dtype=torch.bfloat16, device="cuda") for c in cads]
-    nine = _outputs(9, cads, queries, kv, on_xqa, force_xqa=True)
+    nine = _outputs(9, cads, queries, kv, on_xqa)
     eight = _outputs(8, cads, queries, kv)
     rows = []
     for index, (cad, q, (x, x_past), (f, f_past)) in enumerate(zip(cads, queries, nine, eight)):
@@ -203,7 +198,7 @@ def test_the_engines_plan_watch_sees_a_plan_made_while_the_last_ones_copy_is_que
 
     from flashinfer import BatchDecodeWithPagedKVCacheWrapper, BatchPrefillWithPagedKVCacheWrapper
 
-    from dflash_fi.proof.engine import instruments
+    from dflash_fi.engine import instruments
     from dflash_fi.lab import plan_race
 
     worker = SimpleNamespace(model_runner=SimpleNamespace())

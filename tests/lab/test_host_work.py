@@ -92,8 +92,24 @@ def test_over_a_decodes_draft_steps_only_step_8_plans_once_until_a_request_joins
 
 
 def test_the_host_work_tables_show_what_the_lab_returned():
-    from dflash_fi.lab.host_tables import bound_planning_table, plan_reuse_table
+    from dflash_fi.lab.host_tables import (bound_planning_table, draft_build_table, plan_reuse_table, plans_table,
+                                           runner_table)
 
+    built = {6: {"copied_from_gpu": True, "planned_indptr": [0, 4], "kernel_indptr": [0, 4], "max_token_per_sequence":
+                 None, "disable_split_kv": False},
+             7: {"copied_from_gpu": False, "planned_indptr": [0, 5], "kernel_indptr": [0, 4], "max_token_per_sequence":
+                 16, "disable_split_kv": True}}
+    assert "| `seq_lens` copied from the GPU (waits for it) | True | False |" in draft_build_table(built)
+    runner = {s: [{"batch": "decode", "planned": s == 6}, {"batch": "verify", "planned": s == 6}] for s in (6, 7)}
+    assert runner_table(runner).splitlines()[2:] == ["| decode | True | False |", "| verify | True | False |"]
+    over = {8: [{"plans": 1, "copied_from_gpu": False, "page_table_launches": 1, "reads_exact_page_table": True,
+                 "empty_rows": 0, "empty_rows_read_nothing": True},
+                {"plans": 0, "copied_from_gpu": False, "page_table_launches": 1, "reads_exact_page_table": True,
+                 "empty_rows": 2, "empty_rows_read_nothing": False}]}
+    lines = plans_table(over).splitlines()
+    assert "| `plan()` calls | 1 |" in lines and "| launches of step 8's page-table kernel | 2 |" in lines
+    assert lines[-2:] == ["| steps that keep rows of requests that left | 1 |",
+                          "| ... whose rows read no query and no page | 0 |"]
     bounded = [{"batch": b, "kv_dtype": kv, "copied_from_gpu": False, "bounds_vs_exact": e, "bounds_vs_reference": 2e-3,
                 "exact_vs_reference": 2e-3} for kv in ("auto", "fp8") for b, e in (("a", 1e-4), ("b", 3e-4))]
     assert bound_planning_table(bounded).splitlines()[2:] == ["| auto | 2 | 0 | 3.0e-04 | 2.0e-03 | 2.0e-03 |",

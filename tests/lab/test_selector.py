@@ -60,33 +60,3 @@ def test_feature_table_non_causal_column():
     assert "| `FLASHINFER` | ❌ |" in feature_table(0)
     assert "| `FLASHINFER` | ✅ |" in feature_table(1)
     assert "| `FLASH_ATTN` | ✅ |" in feature_table(0) and "| `TRITON_ATTN` | ❌ |" in feature_table(1)
-
-
-@pytest.mark.step1
-def test_step_one_changes_the_drafts_pick_only_where_the_priority_lists_say():
-    from dflash_fi.lab.selector import PickChange, pick_changes, priority_lists
-    from dflash_fi.vocabulary import BLACKWELL, HOPPER
-
-    gpus = (RTX_4090, HOPPER, BLACKWELL)
-    rows = selector_matrix(steps=(0, 1), capabilities=gpus)
-    changes = pick_changes(rows, priority_lists(gpus), reason="non-causal attention not supported")
-    assert changes.columns == changes.refused_before == changes.accepted_after == len(gpus) * len(KV_CACHE_DTYPES)
-    assert changes.flashinfer_first == ("10.0",) and changes.as_the_lists_say
-    # stock vLLM finds the non-causal draft no backend with an FP8 cache, on SM 8.9 and on SM 10.0
-    assert set(changes.unserved_before) == {("8.9", "fp8"), ("10.0", "fp8")}
-    assert PickChange("8.9", "fp8", None, "FLASHINFER") in changes.changed
-    assert PickChange("10.0", "auto", "FLASH_ATTN", "FLASHINFER").column == "SM 10.0 + bf16 KV"
-    # a rule that could fail: step 1 against itself changes nothing, and step 0 against itself refuses everywhere
-    same = pick_changes(rows, priority_lists(gpus), reason="non-causal attention not supported", before=1)
-    assert same.changed == () and not same.as_the_lists_say and same.refused_before == 0
-
-
-@pytest.mark.step0
-@pytest.mark.step1
-def test_the_refusal_verdict_says_no_backend_only_where_every_backend_refuses():
-    from dflash_fi.figures.attention import refusal_verdict
-
-    stock, step1 = (refusal_verdict(backend_verdicts(s, RTX_4090, "fp8", "draft")) for s in (0, 1))
-    assert stock.startswith("all ") and "The draft has no backend" in stock
-    assert "FLASHINFER's only reason: 'non-causal attention not supported'" in stock
-    assert "Accepted: FLASHINFER" in step1 and "no backend" not in step1

@@ -1,13 +1,11 @@
 """Step 9 on the real FlashInferMetadataBuilder and FlashInferImpl.forward(): on SM 9.0 a DFlash draft step of
-uniform blocks that the route rule sends to XQA (the embedded pair's heads, XQA_DRAFT_MIN_REQS requests or more:
-test_xqa_route.py) gets XQA metadata (no plan(), no page-table kernel) and forward() runs FlashInfer's real
+uniform blocks gets XQA metadata (no plan(), no page-table kernel) and forward() runs FlashInfer's real
 `xqa_batch_decode_with_kv_cache`, whose kernel call is the lab's `XQADouble` (it checks the arguments as XQA takes
 them and attends by the mask it is given); every shape XQA cannot take keeps step 8's path; target batches route as
-at step 8. tests/gpu/test_xqa.py runs draft steps on the real kernel."""
+at step 8. tests/gpu/test_xqa.py runs the same draft steps on the real kernel."""
 
 import inspect
 import re
-from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
@@ -15,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from dflash_fi.lab.batches import Batch, common_metadata
-from dflash_fi.lab.host_work import runner_builds_for_draft_layers
+from dflash_fi.lab.batches import STANDARD_BATCHES, Batch, common_metadata
+from dflash_fi.lab.host_work import PLAN_REUSE_STEPS, runner_builds_for_draft_layers
 from dflash_fi.lab.routes import Prefill
 from dflash_fi.lab.routing import RoutingLab, routing_report
 from dflash_fi.reference.paged_attention import paged_attention_reference
@@ -25,23 +23,7 @@ from dflash_fi.vocabulary import BLACKWELL, DRAFT_BLOCK_SIZE, HOPPER, KV_PAGE_SI
 
 pytestmark = pytest.mark.step9
 Q = DRAFT_BLOCK_SIZE
-_CONTEXTS = (37, 90, 150, 301, 15, 600, 1, 222, 480, 64)
-
-
-MIN_REQS = backend_module(9).XQA_DRAFT_MIN_REQS
-
-
-def xqa_batch(num_reqs: int = MIN_REQS, grown: int = 0, query_len: int = Q) -> Batch:
-    """A DFlash draft batch the rule sends to XQA at the embedded pair's heads (at least XQA_DRAFT_MIN_REQS)."""
-    return Batch(f"DFlash draft: {num_reqs} x {query_len}", (query_len,) * num_reqs,
-                 tuple(_CONTEXTS[r % len(_CONTEXTS)] + r + grown for r in range(num_reqs)), False,
-                 tuple(5 * r % Q for r in range(num_reqs)))
-
-
-DRAFT = xqa_batch()
-# One decode's draft steps on XQA: contexts growing a block per step, two requests leaving, then joining again.
-XQA_STEPS = (*(xqa_batch(MIN_REQS + 2, Q * k) for k in range(3)), *(xqa_batch(MIN_REQS, Q * k) for k in (3, 4)),
-             xqa_batch(MIN_REQS + 2, Q * 5))
+DRAFT = STANDARD_BATCHES[0]
 
 
 def build(lab, batch, cad=None):
@@ -74,15 +56,15 @@ def xqa_calls(lab) -> list:
 
 
 def test_draft_steps_on_sm90_take_xqa_with_no_plan_and_no_page_table():
-    """One decode's draft steps (contexts growing, requests leaving and joining): each build hands XQA the batch's own
-    block table and exact seq_lens, nothing copied from the GPU, no wrapper made or planned, step 8's page-table
-    kernel never launched, one mask made for every step."""
+    """One decode's draft steps (the GPU test's: contexts growing, requests leaving and joining, short and long
+    contexts): each build hands XQA the batch's own block table and exact seq_lens, nothing copied from the GPU, no
+    wrapper made or planned, step 8's page-table kernel never launched, one mask made for every step."""
     with RoutingLab(9) as lab:
         builder = lab.builders["draft"][0]
-        assert builder._xqa_supported
+        assert builder._draft_on_xqa
         masks = set()
-        for index, batch in enumerate(XQA_STEPS):
-            md, cad = build(lab, batch)
+        for index, step in enumerate(PLAN_REUSE_STEPS):
+            md, cad = build(lab, step.batch)
             draft = md.prefill
             assert isinstance(draft, lab.module.XQADraft), index
             assert cad._seq_lens_cpu is None, index  # nothing was copied from the GPU
@@ -101,7 +83,7 @@ def test_forward_runs_xqa_and_attends_over_each_draft_steps_exact_lengths():
     non-causal attention over the exact lengths, and step 8's on the same step (both lab models of their kernels;
     tests/gpu compares the real ones)."""
     torch.manual_seed(0)
-    cads = [common_metadata(b) for b in XQA_STEPS]
+    cads = [common_metadata(s.batch) for s in PLAN_REUSE_STEPS]
     with RoutingLab(9) as lab:
         builder = lab.builders["draft"][0]
         hq, hkv, d = builder.num_qo_heads, builder.num_kv_heads, builder.head_dim
@@ -110,7 +92,7 @@ def test_forward_runs_xqa_and_attends_over_each_draft_steps_exact_lengths():
         queries = [torch.randn(c.num_actual_tokens, hq, d, dtype=torch.bfloat16) for c in cads]
         nine = []
         for index, (cad, q) in enumerate(zip(cads, queries)):
-            md, _ = build(lab, XQA_STEPS[index], cad)
+            md, _ = build(lab, PLAN_REUSE_STEPS[index].batch, cad)
             nine.append(forward(lab, md, cad, kv, q))
             assert xqa_calls(lab)[-1] == {"q_seq_len": Q, "batch": cad.num_reqs, "problems": []}
             ref = paged_attention_reference(q, kv.float(), cad.block_table_tensor, cad.seq_lens,
@@ -119,8 +101,7 @@ def test_forward_runs_xqa_and_attends_over_each_draft_steps_exact_lengths():
         assert len(xqa_calls(lab)) == len(cads)
     with RoutingLab(8) as lab:
         for index, (cad, q) in enumerate(zip(cads, queries)):
-            md, _ = build(lab, XQA_STEPS[index], cad)
-            assert type(md.prefill).__name__ == "FIPrefill", index
+            md, _ = build(lab, PLAN_REUSE_STEPS[index].batch, cad)
             torch.testing.assert_close(nine[index], forward(lab, md, cad, kv, q), msg=f"draft step {index}: 9 vs 8")
 
 
@@ -214,6 +195,7 @@ def test_other_gpus_and_fp8_caches_route_every_batch_as_step8(capability, kv_cac
                    for s in (9, 8))
     assert nine == eight
     with RoutingLab(9, capability, trtllm=trtllm, kv_cache_dtype=kv_cache_dtype) as lab:
+        assert not lab.builders["draft"][0]._draft_on_xqa
         _keeps_step8_path(lab)
 
 
@@ -221,13 +203,12 @@ def test_other_gpus_and_fp8_caches_route_every_batch_as_step8(capability, kv_cac
     ("head_dim", 72), ("head_dim", 512), ("page_size", 8), ("page_size", 256), ("window_left", 127),
     ("logits_soft_cap", 30.0), ("kv_cache_dtype", torch.float32)])
 def test_head_and_page_sizes_windows_and_soft_caps_xqa_cannot_take_keep_step8s_path(attribute, value):
-    # These are fixed when a builder is made; set afterwards, with the gate asked again, they show each exclusion
-    # (the cache's dtype is the rule's: use_xqa_for_draft reads it every build).
+    # These are fixed when a builder is made; set afterwards, with the gate asked again, they show each exclusion.
     with RoutingLab(9) as lab:
         builder = lab.builders["draft"][0]
-        assert type(build(lab, DRAFT)[0].prefill).__name__ == "XQADraft"
         setattr(builder, attribute, value)
-        builder._xqa_supported = builder._xqa_supports_draft_blocks()
+        builder._draft_on_xqa = builder._xqa_supports_draft_blocks()
+        assert not builder._draft_on_xqa
         _keeps_step8_path(lab)
 
 
@@ -244,13 +225,13 @@ def test_batch_invariant_mode_keeps_step8s_path():
 def test_ragged_blocks_keep_step8s_path_and_uniform_short_blocks_take_xqa():
     """The pinned XQA takes one q_seq_len for all requests: a batch of uneven queries is planned (every time, as at
     step 8); uniform blocks of another length take XQA with a mask of their own."""
-    ragged = replace(DRAFT, name="ragged", query_lens=(Q, 8) * (MIN_REQS // 2))
+    ragged = Batch("ragged", (Q, 8, Q, 8), (37, 90, 150, 301), False, (3, 15, 0, 9))
     with RoutingLab(9) as lab:
         builder = lab.builders["draft"][0]
         _keeps_step8_path(lab, ragged)
         _keeps_step8_path(lab, ragged)
         assert len(builder._noncausal_prefill_wrapper.plans) == 2
-        md, _ = build(lab, xqa_batch(query_len=8))
+        md, _ = build(lab, Batch("short blocks", (8,) * 3, (37, 90, 150), False))
         assert md.prefill.block_len == 8 and sorted(builder._xqa_block_masks) == [8]
         md, _ = build(lab, DRAFT)
         assert md.prefill.block_len == Q and sorted(builder._xqa_block_masks) == [8, Q]
@@ -258,10 +239,10 @@ def test_ragged_blocks_keep_step8s_path_and_uniform_short_blocks_take_xqa():
 
 @pytest.mark.parametrize("trtllm, cuda_graphs", [(False, False), (False, True), (True, False)])
 def test_target_batches_route_as_at_step8(trtllm, cuda_graphs):
-    """And the standard draft batches (4 requests, 1), which the rule keeps on step 8's kept plan."""
     nine, eight = (routing_report(s, trtllm=trtllm, cuda_graphs=cuda_graphs).routes for s in (9, 8))
-    assert nine == eight and any(r.batch.role == "draft" for r in nine)
-    assert all(r.prefill is not Prefill.XQA for r in nine)
+    assert [r for r in nine if r.batch.role == "target"] == [r for r in eight if r.batch.role == "target"]
+    assert all(r.prefill is (Prefill.XQA if not trtllm else eight[i].prefill)
+               for i, r in enumerate(nine) if r.batch.role == "draft")
 
 
 @pytest.mark.parametrize("cuda_graphs", [False, True])

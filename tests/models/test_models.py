@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-import dflash_fi.records.summary as S
+import dflash_fi.summary as S
 
 from dflash_fi.errors import BadInput, MissingModelFiles
 from dflash_fi.models import (CPU_REFERENCE_NEW_TOKENS, CPU_REFERENCE_PROMPTS, DEFAULT_DRAFTER, DEFAULT_TARGET,

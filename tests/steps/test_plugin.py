@@ -43,3 +43,10 @@ def test_using_step_restores_what_was_there(no_override):
         with plugin.using_step(0):
             assert AttentionBackendEnum.FLASHINFER.get_path() == "vllm.v1.attention.backends.flashinfer.FlashInferBackend"
     assert AttentionBackendEnum.FLASHINFER.get_path() == "dflash_fi.patched.step2.FlashInferBackend"
+
+
+def test_plugin_is_installed_as_a_vllm_general_plugin():
+    from importlib.metadata import entry_points
+
+    eps = {ep.name: ep.value for ep in entry_points(group="vllm.general_plugins")}
+    assert eps.get("dflash_fi") == "dflash_fi.plugin:register"

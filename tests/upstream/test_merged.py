@@ -33,12 +33,3 @@ def test_outside_nvfp4_every_decision_is_the_same(builds):
     assert same and all(b.step4 == b.merged for b in same)
     drafts = [b for b in same if not b.batch.causal and not b.config.dcp]
     assert drafts and all(b.merged.plan_causal == (False,) and b.merged.dflash_check for b in drafts)
-
-
-def test_the_tally_counts_what_the_builds_hold(builds):
-    from dflash_fi.lab.merged import tally
-
-    counts = tally(builds)
-    assert counts.alike + len(counts.differ) == counts.builds == len(builds)
-    assert set(counts.kinds) == {difference(b) for b in counts.differ} and counts.nvfp4_only
-    assert 0 < counts.mixed < counts.configs == len(CONFIGS)
